@@ -32,5 +32,5 @@ pub use dtype::{ElementType, NativeType, Pred, TensorType};
 pub use error::{Error, ErrorCode, Result};
 pub use pjrt::{
     Arg, Buffer, Client, ClientOptions, CompileOptions, CompileStats, Device, Executable, LiveBuffers, Platform,
-    Plugin,
+    Plugin, PluginSearch,
 };

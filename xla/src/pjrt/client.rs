@@ -101,6 +101,15 @@ unsafe impl Send for ClientInner {}
 // SAFETY: as above.
 unsafe impl Sync for ClientInner {}
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("platform", &self.inner.platform_name)
+            .field("devices", &self.inner.devices.len())
+            .finish()
+    }
+}
+
 impl ClientInner {
     pub(crate) fn api(&self) -> Api {
         self.plugin.api()

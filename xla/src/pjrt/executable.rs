@@ -56,6 +56,15 @@ unsafe impl Send for ExecutableInner {}
 // SAFETY: as above.
 unsafe impl Sync for ExecutableInner {}
 
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executable")
+            .field("name", &self.inner.signature.name)
+            .field("outputs", &self.inner.outputs)
+            .finish()
+    }
+}
+
 impl Drop for ExecutableInner {
     fn drop(&mut self) {
         let mut args = ffi::LoadedExecutableDestroyArgs::new();

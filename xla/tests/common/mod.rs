@@ -1,0 +1,76 @@
+//! Shared helpers of the runtime tests: clients on every available platform,
+//! random host data, and small StableHLO programs.
+
+#![allow(dead_code)]
+
+use grpo_xla::{Client, ClientOptions, Platform, Plugin};
+use rand::Rng;
+
+/// A client of the CPU plugin with `devices` virtual devices and no disk cache.
+///
+/// Panics with the plugin search's message (which says to run `grpo setup`)
+/// when no CPU plugin is installed: these tests must run on real XLA.
+pub fn cpu_client(devices: usize) -> Client {
+    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
+    let options = ClientOptions::default().compile_cache_dir(None).cpu_device_count(devices);
+    Client::new(&plugin, options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A client per platform whose plugin is installed: always CPU, plus CUDA
+/// and TPU where present, so every test also runs on an accelerator.
+pub fn clients() -> Vec<Client> {
+    let mut clients = vec![cpu_client(1)];
+    for platform in [Platform::Cuda, Platform::Tpu] {
+        if let Ok(plugin) = Plugin::find(platform) {
+            let options = ClientOptions::default().compile_cache_dir(None);
+            clients.push(Client::new(&plugin, options).unwrap_or_else(|e| panic!("{platform}: {e}")));
+        }
+    }
+    clients
+}
+
+/// `count` uniform values in [-1, 1), fresh every run.
+pub fn random_f64(count: usize) -> Vec<f64> {
+    let mut rng = rand::rng();
+    (0..count).map(|_| rng.random_range(-1.0..1.0)).collect()
+}
+
+/// Row-major matrix product in f64: (m×k)·(k×n), and Σ|a||b| per element
+/// (the scale of the rounding error any summation order can make).
+pub fn matmul_f64(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut product = vec![0.0; m * n];
+    let mut scale = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                product[i * n + j] += a[i * k + p] * b[p * n + j];
+                scale[i * n + j] += (a[i * k + p] * b[p * n + j]).abs();
+            }
+        }
+    }
+    (product, scale)
+}
+
+/// StableHLO of `(m×k) · (k×n)` in `dtype` (`f32`, `bf16`, …).
+pub fn matmul_program(m: usize, k: usize, n: usize, dtype: &str) -> String {
+    format!(
+        r#"module @matmul {{
+  func.func public @main(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}> {{
+    %c = "stablehlo.dot_general"(%a, %b) {{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}} : (tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
+    return %c : tensor<{m}x{n}x{dtype}>
+  }}
+}}"#
+    )
+}
+
+/// StableHLO of `x + y` over `n` f32 values; `x` may be donated to the output.
+pub fn donating_add_program(n: usize) -> String {
+    format!(
+        r#"module @donating_add {{
+  func.func public @main(%x: tensor<{n}xf32> {{tf.aliasing_output = 0 : i32}}, %y: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+    %z = stablehlo.add %x, %y : tensor<{n}xf32>
+    return %z : tensor<{n}xf32>
+  }}
+}}"#
+    )
+}

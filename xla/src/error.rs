@@ -57,9 +57,7 @@ pub enum Error {
         advice: &'static str,
     },
     /// The plugin's function table is too short for a function grpo calls.
-    #[error(
-        "the PJRT plugin has no `{function}` (its function table is {table_size} bytes); install a newer plugin"
-    )]
+    #[error("the PJRT plugin has no `{function}` (its function table is {table_size} bytes); install a newer plugin")]
     MissingFunction {
         /// The C name of the function.
         function: &'static str,
@@ -99,7 +97,9 @@ pub enum Error {
         found: TensorType,
     },
     /// An argument lives on another device than the one the program runs on.
-    #[error("argument {index} of program `{program}` is on device {found}, the program runs on device {expected}; copy it with Buffer::copy_to_device")]
+    #[error(
+        "argument {index} of program `{program}` is on device {found}, the program runs on device {expected}; copy it with Buffer::copy_to_device"
+    )]
     ArgumentDevice {
         /// Name of the program.
         program: String,
@@ -111,7 +111,9 @@ pub enum Error {
         found: i32,
     },
     /// A buffer was donated to a parameter that does not accept donation.
-    #[error("argument {index} of program `{program}` is donated, but its parameter has no `tf.aliasing_output`; borrow it instead")]
+    #[error(
+        "argument {index} of program `{program}` is donated, but its parameter has no `tf.aliasing_output`; borrow it instead"
+    )]
     NotDonatable {
         /// Name of the program.
         program: String,
@@ -119,7 +121,9 @@ pub enum Error {
         index: usize,
     },
     /// A donated buffer also appears as another argument.
-    #[error("argument {index} of program `{program}` is a donated buffer that is also passed elsewhere in the same call")]
+    #[error(
+        "argument {index} of program `{program}` is a donated buffer that is also passed elsewhere in the same call"
+    )]
     DonatedTwice {
         /// Name of the program.
         program: String,

@@ -5,8 +5,9 @@
 //!   into [`Executable`]s (cached in memory and on disk) and run them with
 //!   borrowed or donated arguments.
 //! - [`dtype`]: element types and the Rust types that carry them.
+//! - [`programs`]: hand-written StableHLO programs for benchmarks and checks.
 //!
-//! ```no_run
+//! ```
 //! use grpo_xla::{Client, ClientOptions, CompileOptions, Platform};
 //! # fn main() -> grpo_xla::Result<()> {
 //! let client = Client::for_platform(Platform::Cpu, ClientOptions::default())?;
@@ -27,6 +28,7 @@
 pub mod dtype;
 mod error;
 pub mod pjrt;
+pub mod programs;
 
 pub use dtype::{ElementType, NativeType, Pred, TensorType};
 pub use error::{Error, ErrorCode, Result};

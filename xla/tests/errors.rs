@@ -3,7 +3,7 @@
 mod common;
 
 use common::{cpu_client, matmul_program};
-use grpo_xla::{CompileOptions, Error, Platform, Plugin, PluginSearch};
+use grpo_xla::{CompileOptions, ElementType, Error, Platform, Plugin, PluginSearch};
 
 #[test]
 fn malformed_program_text_returns_the_parsers_message() {
@@ -11,9 +11,23 @@ fn malformed_program_text_returns_the_parsers_message() {
     let broken = "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %y = stablehlo.add %x, %undefined : tensor<2xf32>\n  return %y : tensor<2xf32>\n}";
     let error = client.compile(broken, &CompileOptions::default()).unwrap_err();
     let text = error.to_string();
-    assert!(matches!(error, Error::Pjrt { function: "client_compile", .. }), "{text}");
-    assert!(text.contains("2:26") && text.contains("undeclared SSA value"), "the parser's message and position: {text}");
-    let garbage = client.compile("this is not a program", &CompileOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Pjrt {
+                function: "client_compile",
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("2:26") && text.contains("undeclared SSA value"),
+        "the parser's message and position: {text}"
+    );
+    let garbage = client
+        .compile("this is not a program", &CompileOptions::default())
+        .unwrap_err();
     assert!(matches!(garbage, Error::Pjrt { .. }), "{garbage}");
 }
 
@@ -22,18 +36,31 @@ fn wrong_arguments_are_refused_before_execution() {
     let client = cpu_client(1);
     let device = client.device(0).unwrap();
     let executable = client
-        .compile(&matmul_program(2, 3, 4, "f32"), &CompileOptions::default())
+        .compile(&matmul_program(2, 3, 4, ElementType::F32), &CompileOptions::default())
         .unwrap();
     let a = client.buffer_from_host(&[0.5f32; 6], &[2, 3], device).unwrap();
     let b = client.buffer_from_host(&[0.5f32; 12], &[3, 4], device).unwrap();
 
     let count = executable.execute(&[&a]).unwrap_err();
-    assert!(matches!(count, Error::ArgumentCount { expected: 2, found: 1, .. }), "{count}");
+    assert!(
+        matches!(
+            count,
+            Error::ArgumentCount {
+                expected: 2,
+                found: 1,
+                ..
+            }
+        ),
+        "{count}"
+    );
 
     let transposed = client.buffer_from_host(&[0.5f32; 12], &[4, 3], device).unwrap();
     let shape = executable.execute(&[&a, &transposed]).unwrap_err();
     assert!(matches!(shape, Error::ArgumentType { index: 1, .. }), "{shape}");
-    assert!(shape.to_string().contains("must be f32[3, 4], got f32[4, 3]"), "{shape}");
+    assert!(
+        shape.to_string().contains("must be f32[3, 4], got f32[4, 3]"),
+        "{shape}"
+    );
 
     let integers = client.buffer_from_host(&[1i32; 12], &[3, 4], device).unwrap();
     let dtype = executable.execute(&[&a, &integers]).unwrap_err();
@@ -41,7 +68,13 @@ fn wrong_arguments_are_refused_before_execution() {
 
     // The right call still works after the refused ones.
     let out = executable.execute(&[&a, &b]).unwrap();
-    assert!(out[0].to_host::<f32>().unwrap().iter().all(|&v| (v - 0.75).abs() < 1e-6));
+    assert!(
+        out[0]
+            .to_host::<f32>()
+            .unwrap()
+            .iter()
+            .all(|&v| (v - 0.75).abs() < 1e-6)
+    );
 }
 
 #[test]
@@ -56,14 +89,20 @@ fn a_missing_plugin_names_the_pip_package_and_setup() {
     assert!(error.contains("grpo setup"), "{error}");
     assert!(error.contains(&empty.path().display().to_string()), "{error}");
     let cuda = search.find(Platform::Cuda).unwrap_err().to_string();
-    assert!(cuda.contains("jax-cuda13-pjrt") && cuda.contains("--platform cuda"), "{cuda}");
+    assert!(
+        cuda.contains("jax-cuda13-pjrt") && cuda.contains("--platform cuda"),
+        "{cuda}"
+    );
 
     let explicit = PluginSearch {
         explicit: Some(empty.path().join("nothing.so")),
         package_dirs: Vec::new(),
     };
     let error = explicit.find(Platform::Cpu).unwrap_err().to_string();
-    assert!(error.contains("GRPO_PJRT_PLUGIN") && error.contains("nothing.so"), "{error}");
+    assert!(
+        error.contains("GRPO_PJRT_PLUGIN") && error.contains("nothing.so"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -75,10 +114,14 @@ fn files_that_are_not_plugins_are_refused() {
     assert!(matches!(error, Error::PluginLoad { .. }), "{error}");
 
     // A real shared library without the PJRT entry point.
-    let libm = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("libm to stand in for a library that is not a plugin");
+    let libm = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib64/libm.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libm to stand in for a library that is not a plugin");
     let error = Plugin::load(libm).unwrap_err();
     assert!(matches!(error, Error::NotAPlugin { .. }), "{error}");
     assert!(error.to_string().contains("GetPjrtApi"), "{error}");

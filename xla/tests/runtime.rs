@@ -4,7 +4,7 @@
 mod common;
 
 use common::{clients, cpu_client, donating_add_program, matmul_f64, matmul_program, random_f64};
-use grpo_xla::{Arg, Buffer, Client, CompileOptions, Error, Pred, TensorType};
+use grpo_xla::{Arg, Buffer, Client, CompileOptions, ElementType, Error, Pred, TensorType};
 use half::{bf16, f16};
 
 fn upload<T: grpo_xla::NativeType>(client: &Client, data: &[T], dims: &[i64]) -> Buffer {
@@ -29,10 +29,13 @@ fn matmul_f32_matches_f64_reference() {
             let a32: Vec<f32> = a.iter().map(|&v| v as f32).collect();
             let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
             let program = client
-                .compile(&matmul_program(m, k, n, "f32"), &CompileOptions::default())
+                .compile(&matmul_program(m, k, n, ElementType::F32), &CompileOptions::default())
                 .unwrap();
             let out = program
-                .execute(&[&upload(&client, &a32, &[m as i64, k as i64]), &upload(&client, &b32, &[k as i64, n as i64])])
+                .execute(&[
+                    &upload(&client, &a32, &[m as i64, k as i64]),
+                    &upload(&client, &b32, &[k as i64, n as i64]),
+                ])
                 .unwrap();
             assert_eq!(out[0].dims(), [m as i64, n as i64]);
             let got: Vec<f64> = out[0].to_host::<f32>().unwrap().iter().map(|&v| f64::from(v)).collect();
@@ -40,7 +43,11 @@ fn matmul_f32_matches_f64_reference() {
             let b_rounded: Vec<f64> = b32.iter().map(|&v| f64::from(v)).collect();
             let (want, scale) = matmul_f64(&a_rounded, &b_rounded, m, k, n);
             let error = worst_relative_error(&got, &want, &scale);
-            assert!(error < 1e-5, "{} f32 {m}x{k}x{n}: relative error {error}", client.platform_name());
+            assert!(
+                error < 1e-5,
+                "{} f32 {m}x{k}x{n}: relative error {error}",
+                client.platform_name()
+            );
         }
     }
 }
@@ -52,10 +59,13 @@ fn matmul_bf16_matches_f64_reference() {
         let a: Vec<bf16> = random_f64(m * k).into_iter().map(bf16::from_f64).collect();
         let b: Vec<bf16> = random_f64(k * n).into_iter().map(bf16::from_f64).collect();
         let program = client
-            .compile(&matmul_program(m, k, n, "bf16"), &CompileOptions::default())
+            .compile(&matmul_program(m, k, n, ElementType::Bf16), &CompileOptions::default())
             .unwrap();
         let out = program
-            .execute(&[&upload(&client, &a, &[m as i64, k as i64]), &upload(&client, &b, &[k as i64, n as i64])])
+            .execute(&[
+                &upload(&client, &a, &[m as i64, k as i64]),
+                &upload(&client, &b, &[k as i64, n as i64]),
+            ])
             .unwrap();
         let got: Vec<f64> = out[0].to_host::<bf16>().unwrap().iter().map(|v| v.to_f64()).collect();
         let a64: Vec<f64> = a.iter().map(|v| v.to_f64()).collect();
@@ -64,7 +74,10 @@ fn matmul_bf16_matches_f64_reference() {
         let error = worst_relative_error(&got, &want, &scale);
         // bf16 keeps 8 significant bits: the rounded result alone is off by up to 2^-9.
         assert!(error < 1e-2, "{} bf16: relative error {error}", client.platform_name());
-        assert!(error > 0.0, "a bf16 result equal to f64 math everywhere means bf16 was not used");
+        assert!(
+            error > 0.0,
+            "a bf16 result equal to f64 math everywhere means bf16 was not used"
+        );
     }
 }
 
@@ -107,12 +120,27 @@ fn every_element_type_round_trips() {
 fn host_data_errors_name_the_problem() {
     let client = cpu_client(1);
     let device = client.device(0).unwrap();
-    let short = client.buffer_from_host(&[1.0f32, 2.0, 3.0], &[2, 2], device).unwrap_err();
-    assert!(matches!(short, Error::HostLength { expected: 4, found: 3, .. }), "{short}");
+    let short = client
+        .buffer_from_host(&[1.0f32, 2.0, 3.0], &[2, 2], device)
+        .unwrap_err();
+    assert!(
+        matches!(
+            short,
+            Error::HostLength {
+                expected: 4,
+                found: 3,
+                ..
+            }
+        ),
+        "{short}"
+    );
     let buffer = client.buffer_from_host(&[1.0f32, 2.0], &[2], device).unwrap();
     let wrong = buffer.to_host::<i32>().unwrap_err();
     assert!(wrong.to_string().contains("holds f32, read as s32"), "{wrong}");
-    assert!(matches!(client.device(3), Err(Error::NoSuchDevice { index: 3, count: 1 })));
+    assert!(matches!(
+        client.device(3),
+        Err(Error::NoSuchDevice { index: 3, count: 1 })
+    ));
 }
 
 #[test]
@@ -139,7 +167,9 @@ fn a_program_returns_several_outputs() {
     );
     let x: Vec<f32> = random_f64(5).iter().map(|&v| v as f32).collect();
     let y: Vec<f32> = random_f64(5).iter().map(|&v| v as f32).collect();
-    let out = executable.execute(&[&upload(&client, &x, &[5]), &upload(&client, &y, &[5])]).unwrap();
+    let out = executable
+        .execute(&[&upload(&client, &x, &[5]), &upload(&client, &y, &[5])])
+        .unwrap();
     assert_eq!(out.len(), 3);
     let sum = out[0].to_host::<f32>().unwrap();
     let product = out[1].to_host::<f32>().unwrap();
@@ -174,7 +204,11 @@ fn donated_input_becomes_the_output_and_is_unusable() {
     // Donated, the output reuses the input's memory and the input is gone.
     let address = xb.device_address().unwrap();
     let out = executable.execute_args(&[Arg::Donate(&xb), Arg::Borrow(&yb)]).unwrap();
-    assert_eq!(out[0].device_address().unwrap(), address, "the output must alias the donated input");
+    assert_eq!(
+        out[0].device_address().unwrap(),
+        address,
+        "the output must alias the donated input"
+    );
     assert!(xb.is_deleted());
     assert!(matches!(xb.to_host::<f32>(), Err(Error::BufferDeleted)));
     assert!(matches!(executable.execute(&[&xb, &yb]), Err(Error::BufferDeleted)));
@@ -183,9 +217,16 @@ fn donated_input_becomes_the_output_and_is_unusable() {
 
     // A parameter without aliasing refuses donation; one buffer cannot be donated and borrowed.
     let z = upload(&client, &y, &[n as i64]);
-    let not_donatable = executable.execute_args(&[Arg::Borrow(&out[0]), Arg::Donate(&z)]).unwrap_err();
-    assert!(matches!(not_donatable, Error::NotDonatable { index: 1, .. }), "{not_donatable}");
-    let twice = executable.execute_args(&[Arg::Donate(&z), Arg::Borrow(&z)]).unwrap_err();
+    let not_donatable = executable
+        .execute_args(&[Arg::Borrow(&out[0]), Arg::Donate(&z)])
+        .unwrap_err();
+    assert!(
+        matches!(not_donatable, Error::NotDonatable { index: 1, .. }),
+        "{not_donatable}"
+    );
+    let twice = executable
+        .execute_args(&[Arg::Donate(&z), Arg::Borrow(&z)])
+        .unwrap_err();
     assert!(matches!(twice, Error::DonatedTwice { index: 0, .. }), "{twice}");
     assert!(!z.is_deleted());
 }
@@ -202,7 +243,9 @@ fn donation_keeps_live_memory_flat_over_many_steps() {
     let mut state = upload(&client, &vec![0.0f32; n], &[n as i64]);
     let before = client.live_buffers();
     for _ in 0..50 {
-        let mut out = executable.execute_args(&[Arg::Donate(&state), Arg::Borrow(&step)]).unwrap();
+        let mut out = executable
+            .execute_args(&[Arg::Donate(&state), Arg::Borrow(&step)])
+            .unwrap();
         state = out.pop().unwrap();
     }
     assert_eq!(client.live_buffers(), before);
@@ -214,7 +257,7 @@ fn programs_run_on_each_of_four_virtual_devices() {
     let client = cpu_client(4);
     assert_eq!(client.devices().len(), 4);
     let (m, k, n) = (8, 16, 4);
-    let text = matmul_program(m, k, n, "f32");
+    let text = matmul_program(m, k, n, ElementType::F32);
     for device in client.devices() {
         let executable = client.compile(&text, &CompileOptions::on_device(device)).unwrap();
         assert_eq!(executable.devices(), std::slice::from_ref(device));
@@ -260,7 +303,10 @@ fn a_replicated_program_runs_on_all_devices_at_once() {
             (x, xb, yb)
         })
         .collect();
-    let lists: Vec<Vec<Arg<'_>>> = inputs.iter().map(|(_, x, y)| vec![Arg::Borrow(x), Arg::Borrow(y)]).collect();
+    let lists: Vec<Vec<Arg<'_>>> = inputs
+        .iter()
+        .map(|(_, x, y)| vec![Arg::Borrow(x), Arg::Borrow(y)])
+        .collect();
     let list_refs: Vec<&[Arg<'_>]> = lists.iter().map(Vec::as_slice).collect();
     let outputs = executable.execute_replicated(&list_refs).unwrap();
     assert_eq!(outputs.len(), 4);
@@ -270,7 +316,17 @@ fn a_replicated_program_runs_on_all_devices_at_once() {
         assert!(doubled.iter().zip(x).all(|(d, v)| *d == v + v));
     }
     let too_few = executable.execute_replicated(&list_refs[..2]).unwrap_err();
-    assert!(matches!(too_few, Error::DeviceCount { expected: 4, found: 2, .. }), "{too_few}");
+    assert!(
+        matches!(
+            too_few,
+            Error::DeviceCount {
+                expected: 4,
+                found: 2,
+                ..
+            }
+        ),
+        "{too_few}"
+    );
 }
 
 #[test]

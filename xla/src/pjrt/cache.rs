@@ -66,7 +66,12 @@ impl CompileCache {
     ///
     /// The lock is not held while compiling, so threads compiling different
     /// programs do not wait on each other.
-    pub(crate) fn get_or_compile(&self, client: &Client, program: &str, options: &CompileOptions) -> Result<Executable> {
+    pub(crate) fn get_or_compile(
+        &self,
+        client: &Client,
+        program: &str,
+        options: &CompileOptions,
+    ) -> Result<Executable> {
         let options = options.to_proto_bytes();
         let key = self.key(program, &options);
         {
@@ -95,7 +100,12 @@ impl CompileCache {
 
     fn key(&self, program: &str, options: &[u8]) -> String {
         let mut hasher = Sha256::new();
-        for part in [b"grpo-compile-cache-v1".as_slice(), &self.salt, options, program.as_bytes()] {
+        for part in [
+            b"grpo-compile-cache-v1".as_slice(),
+            &self.salt,
+            options,
+            program.as_bytes(),
+        ] {
             hasher.update((part.len() as u64).to_le_bytes());
             hasher.update(part);
         }
@@ -112,7 +122,10 @@ impl CompileCache {
         match Executable::deserialize(client, &bytes, program) {
             Ok(executable) => Some(executable),
             Err(error) => {
-                tracing::warn!("compile cache entry {} does not load ({error}); compiling again", path.display());
+                tracing::warn!(
+                    "compile cache entry {} does not load ({error}); compiling again",
+                    path.display()
+                );
                 None
             }
         }

@@ -160,7 +160,8 @@ impl Client {
         args.create_options = named.values.as_ptr();
         args.num_options = named.values.len();
         pjrt_call!(api, client_create, args)?;
-        let raw = NonNull::new(args.client).ok_or_else(|| crate::Error::unexpected("client_create", "the plugin returned no client"))?;
+        let raw = NonNull::new(args.client)
+            .ok_or_else(|| crate::Error::unexpected("client_create", "the plugin returned no client"))?;
         let mut inner = ClientInner {
             plugin: plugin.clone(),
             raw,

@@ -131,7 +131,10 @@ mod tests {
     #[test]
     fn default_options_encode_as_xla_expects() {
         // executable_build_options { num_replicas: 1, num_partitions: 1 }
-        assert_eq!(CompileOptions::default().to_proto_bytes(), [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]);
+        assert_eq!(
+            CompileOptions::default().to_proto_bytes(),
+            [0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]
+        );
     }
 
     #[test]

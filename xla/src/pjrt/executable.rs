@@ -109,7 +109,8 @@ impl Executable {
     }
 
     fn wrap(client: &Arc<ClientInner>, raw: *mut ffi::LoadedExecutable, signature: Signature) -> Result<Executable> {
-        let raw = NonNull::new(raw).ok_or_else(|| Error::unexpected("client_compile", "the plugin returned no executable"))?;
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| Error::unexpected("client_compile", "the plugin returned no executable"))?;
         let mut inner = ExecutableInner {
             client: client.clone(),
             raw,
@@ -208,7 +209,11 @@ impl Executable {
         // Take ownership of every returned buffer before checking any, so none leaks.
         let owned: Vec<Vec<Result<Buffer>>> = outputs
             .into_iter()
-            .map(|list| list.into_iter().map(|raw| Buffer::from_raw(&inner.client, raw)).collect())
+            .map(|list| {
+                list.into_iter()
+                    .map(|raw| Buffer::from_raw(&inner.client, raw))
+                    .collect()
+            })
             .collect();
         owned
             .into_iter()
@@ -332,7 +337,11 @@ fn output_types(api: Api, executable: *mut ffi::Executable) -> Result<Vec<Tensor
     };
     let total: usize = ranks.iter().sum();
     // SAFETY: as above.
-    let all_dims = if total == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(dims.dims, total) } };
+    let all_dims = if total == 0 {
+        &[][..]
+    } else {
+        unsafe { std::slice::from_raw_parts(dims.dims, total) }
+    };
     let mut offset = 0;
     codes
         .iter()
@@ -360,7 +369,12 @@ fn addressable_devices(
     let raws = unsafe { std::slice::from_raw_parts(args.addressable_devices, args.num_addressable_devices) };
     raws.iter()
         .map(|&raw| {
-            client.device_by_raw(raw).cloned().ok_or_else(|| Error::unexpected("loaded_executable_addressable_devices", "the executable runs on a device the client does not list"))
+            client.device_by_raw(raw).cloned().ok_or_else(|| {
+                Error::unexpected(
+                    "loaded_executable_addressable_devices",
+                    "the executable runs on a device the client does not list",
+                )
+            })
         })
         .collect()
 }

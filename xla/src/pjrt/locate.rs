@@ -212,13 +212,23 @@ pub fn install_plugin(platform: Platform) -> Result<PathBuf> {
         std::fs::remove_dir_all(&staging).map_err(|e| Error::io("remove", &staging, e))?;
     }
     let mut pip = Command::new("python3");
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-        .arg(&staging);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--root-user-action=ignore",
+        "--target",
+    ])
+    .arg(&staging);
     if platform.pip_no_deps() {
         pip.arg("--no-deps");
     }
     pip.arg(platform.pip_requirement());
-    let status = pip.status().map_err(|e| Error::io("run python3 -m pip for", &staging, e))?;
+    let status = pip
+        .status()
+        .map_err(|e| Error::io("run python3 -m pip for", &staging, e))?;
     if !status.success() {
         return Err(Error::PluginNotFound {
             platform: platform.to_string(),

@@ -153,7 +153,7 @@ fn read_attributes(api: Api) -> Vec<(String, String)> {
     }
     // SAFETY: the plugin returned `num_attributes` values living for the process.
     let values = unsafe { std::slice::from_raw_parts(args.attributes, args.num_attributes) };
-    values.iter().map(|value| named_value_text(value)).collect()
+    values.iter().map(named_value_text).collect()
 }
 
 /// A named value as (name, value) text.

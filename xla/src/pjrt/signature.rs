@@ -123,8 +123,8 @@ fn parse_tensor_body(body: &str) -> std::result::Result<TensorType, String> {
     let shape = body.split(',').next().unwrap_or(body).trim();
     let mut pieces: Vec<&str> = shape.split('x').collect();
     let dtype_name = pieces.pop().unwrap_or_default();
-    let dtype =
-        ElementType::from_mlir_name(dtype_name).ok_or_else(|| format!("element type `{dtype_name}` is not supported"))?;
+    let dtype = ElementType::from_mlir_name(dtype_name)
+        .ok_or_else(|| format!("element type `{dtype_name}` is not supported"))?;
     let dims = pieces
         .iter()
         .map(|d| d.parse::<i64>().map_err(|_| format!("dimension `{d}` is not static")))

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use grpo_xla::{Client, ClientOptions, Platform, Plugin};
+use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
 use rand::Rng;
 
 /// A client of the CPU plugin with `devices` virtual devices and no disk cache.
@@ -12,7 +12,9 @@ use rand::Rng;
 /// when no CPU plugin is installed: these tests must run on real XLA.
 pub fn cpu_client(devices: usize) -> Client {
     let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    let options = ClientOptions::default().compile_cache_dir(None).cpu_device_count(devices);
+    let options = ClientOptions::default()
+        .compile_cache_dir(None)
+        .cpu_device_count(devices);
     Client::new(&plugin, options).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -51,16 +53,9 @@ pub fn matmul_f64(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> (Vec<f6
     (product, scale)
 }
 
-/// StableHLO of `(m×k) · (k×n)` in `dtype` (`f32`, `bf16`, …).
-pub fn matmul_program(m: usize, k: usize, n: usize, dtype: &str) -> String {
-    format!(
-        r#"module @matmul {{
-  func.func public @main(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}> {{
-    %c = "stablehlo.dot_general"(%a, %b) {{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}} : (tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
-    return %c : tensor<{m}x{n}x{dtype}>
-  }}
-}}"#
-    )
+/// StableHLO of `(m×k) · (k×n)` in `dtype`.
+pub fn matmul_program(m: usize, k: usize, n: usize, dtype: ElementType) -> String {
+    grpo_xla::programs::matmul(m, k, n, dtype)
 }
 
 /// StableHLO of `x + y` over `n` f32 values; `x` may be donated to the output.

@@ -1,0 +1,38 @@
+//! Subcommands of the `grpo` binary, one module each.
+
+mod bench;
+mod devices;
+mod platform;
+mod setup;
+
+use clap::{Parser, Subcommand};
+
+/// GRPO post-training for language models, on XLA through PJRT plugins.
+#[derive(Debug, Parser)]
+#[command(name = "grpo", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install a PJRT plugin (the CPU one by default) into grpo's cache folder.
+    Setup(setup::SetupArgs),
+    /// Show the plugin, its versions and its devices.
+    Devices(platform::PlatformArgs),
+    /// Measure the device: `grpo bench matmul`.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+impl Cli {
+    /// Runs the chosen subcommand.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Setup(args) => setup::run(&args),
+            Command::Devices(args) => devices::run(&args),
+            Command::Bench(command) => command.run(),
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! `grpo setup`: installs a platform's PJRT plugin with pip into grpo's cache
+//! folder, then loads it to prove it works.
+
+use grpo_xla::{Platform, Plugin, pjrt::install_plugin};
+
+/// Arguments of `grpo setup`.
+#[derive(Debug, clap::Args)]
+pub struct SetupArgs {
+    /// Platform whose plugin to install: cpu, cuda or tpu.
+    #[arg(long, default_value = "cpu", value_parser = |s: &str| s.parse::<Platform>().map_err(|e| e.to_string()))]
+    platform: Platform,
+}
+
+/// Installs (or finds already installed) and loads the plugin.
+pub fn run(args: &SetupArgs) -> anyhow::Result<()> {
+    println!("installing {} for {} …", args.platform.pip_requirement(), args.platform);
+    let path = install_plugin(args.platform)?;
+    let plugin = Plugin::load(&path)?;
+    let (major, minor) = plugin.api_version();
+    println!(
+        "{} plugin ready: {} (PJRT API {major}.{minor})",
+        args.platform,
+        path.display()
+    );
+    Ok(())
+}

@@ -45,17 +45,28 @@ fn devices_lists_the_plugin_and_its_devices() {
 #[test]
 fn bench_matmul_reports_rates_and_reuses_the_disk_cache() {
     let cache = tempfile::tempdir().unwrap();
-    let args = ["bench", "matmul", "--sizes", "32,64", "--dtypes", "f32,bf16", "--runs", "3", "--warmup", "1"];
+    let args = [
+        "bench", "matmul", "--sizes", "32,64", "--dtypes", "f32,bf16", "--runs", "3", "--warmup", "1",
+    ];
     let first = stdout(&grpo(cache.path(), &args));
-    let rows: Vec<&str> = first.lines().filter(|l| l.starts_with("f32") || l.starts_with("bf16")).collect();
+    let rows: Vec<&str> = first
+        .lines()
+        .filter(|l| l.starts_with("f32") || l.starts_with("bf16"))
+        .collect();
     assert_eq!(rows.len(), 4, "{first}");
     for row in rows {
         let rate: f64 = row.split_whitespace().nth(4).unwrap().parse().unwrap();
         assert!(rate > 0.0 && rate.is_finite(), "{row}");
     }
-    assert!(first.contains("programs: 4 compiled, 0 loaded from the disk cache"), "{first}");
+    assert!(
+        first.contains("programs: 4 compiled, 0 loaded from the disk cache"),
+        "{first}"
+    );
     let second = stdout(&grpo(cache.path(), &args));
-    assert!(second.contains("programs: 0 compiled, 4 loaded from the disk cache"), "{second}");
+    assert!(
+        second.contains("programs: 0 compiled, 4 loaded from the disk cache"),
+        "{second}"
+    );
 }
 
 #[test]
@@ -73,5 +84,8 @@ fn bad_choices_are_errors_that_say_what_to_do() {
 
     let dtype = grpo(cache.path(), &["bench", "matmul", "--dtypes", "s32"]);
     let message = String::from_utf8_lossy(&dtype.stderr);
-    assert!(!dtype.status.success() && message.contains("not a float type"), "{message}");
+    assert!(
+        !dtype.status.success() && message.contains("not a float type"),
+        "{message}"
+    );
 }

@@ -167,6 +167,9 @@ pub enum Error {
     /// The `@main` signature of a program could not be read.
     #[error("cannot read the signature of @main: {0}")]
     Signature(String),
+    /// Compile options that cannot work on this client.
+    #[error("invalid compile options: {0}")]
+    CompileOptions(String),
     /// A device index is out of range.
     #[error("device {index} does not exist: the client has {count} addressable devices")]
     NoSuchDevice {

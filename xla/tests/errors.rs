@@ -142,3 +142,81 @@ fn the_installed_plugin_reports_a_supported_version() {
         plugin.attributes()
     );
 }
+
+#[test]
+fn compile_options_that_would_abort_xla_are_refused() {
+    let client = cpu_client(2);
+    let program = matmul_program(2, 2, 2, ElementType::F32);
+    let bad = [
+        (
+            CompileOptions {
+                num_replicas: 0,
+                ..CompileOptions::default()
+            },
+            "at least 1",
+        ),
+        (
+            CompileOptions {
+                num_partitions: 0,
+                ..CompileOptions::default()
+            },
+            "at least 1",
+        ),
+        (
+            CompileOptions {
+                num_replicas: 3,
+                ..CompileOptions::default()
+            },
+            "need 3 devices, the client has 2",
+        ),
+        (
+            CompileOptions {
+                num_replicas: 2,
+                num_partitions: 1,
+                device_assignment: Some(vec![vec![0]]),
+            },
+            "2 replicas × 1 partitions",
+        ),
+        (
+            CompileOptions {
+                num_replicas: 1,
+                num_partitions: 1,
+                device_assignment: Some(vec![vec![7]]),
+            },
+            "device 7",
+        ),
+        (
+            CompileOptions {
+                num_replicas: 2,
+                num_partitions: 1,
+                device_assignment: Some(vec![vec![1], vec![1]]),
+            },
+            "device 1 twice",
+        ),
+    ];
+    for (options, needle) in bad {
+        let error = client.compile(&program, &options).unwrap_err();
+        assert!(matches!(error, Error::CompileOptions(_)), "{error}");
+        assert!(error.to_string().contains(needle), "{error} should contain {needle}");
+    }
+    assert_eq!(client.compile_stats().compiles, 0);
+
+    let two = client
+        .compile(&program, &CompileOptions::replicated(client.devices()))
+        .unwrap();
+    let a = client
+        .buffer_from_host(&[1.0f32; 4], &[2, 2], client.device(0).unwrap())
+        .unwrap();
+    let error = two.execute(&[&a, &a]).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::DeviceCount {
+                expected: 2,
+                found: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}

@@ -267,9 +267,9 @@ fn programs_run_on_each_of_four_virtual_devices() {
         let b32: Vec<f32> = b.iter().map(|&v| v as f32).collect();
         let ab = client.buffer_from_host(&a32, &[m as i64, k as i64], device).unwrap();
         let bb = client.buffer_from_host(&b32, &[k as i64, n as i64], device).unwrap();
-        assert_eq!(&ab.device().unwrap(), device);
+        assert_eq!(ab.device(), device);
         let out = executable.execute(&[&ab, &bb]).unwrap();
-        assert_eq!(&out[0].device().unwrap(), device);
+        assert_eq!(out[0].device(), device);
         let got: Vec<f64> = out[0].to_host::<f32>().unwrap().iter().map(|&v| f64::from(v)).collect();
         let a64: Vec<f64> = a32.iter().map(|&v| f64::from(v)).collect();
         let b64: Vec<f64> = b32.iter().map(|&v| f64::from(v)).collect();
@@ -311,7 +311,7 @@ fn a_replicated_program_runs_on_all_devices_at_once() {
     let outputs = executable.execute_replicated(&list_refs).unwrap();
     assert_eq!(outputs.len(), 4);
     for ((device, out), (x, _, _)) in client.devices().iter().zip(&outputs).zip(&inputs) {
-        assert_eq!(&out[0].device().unwrap(), device);
+        assert_eq!(out[0].device(), device);
         let doubled = out[0].to_host::<f32>().unwrap();
         assert!(doubled.iter().zip(x).all(|(d, v)| *d == v + v));
     }

@@ -19,6 +19,8 @@ pub struct Buffer {
     raw: NonNull<ffi::Buffer>,
     ty: TensorType,
     device_bytes: usize,
+    /// Index of the holding device among the client's devices (buffers never move).
+    device_index: usize,
 }
 
 // SAFETY: PJRT buffers are thread-safe by the C API's contract; the Rust
@@ -91,7 +93,15 @@ impl Buffer {
             raw,
             ty: TensorType::new(ElementType::U8, []),
             device_bytes: 0,
+            device_index: 0,
         };
+        let mut device = ffi::BufferDeviceArgs::new();
+        device.buffer = raw.as_ptr();
+        pjrt_call!(api, buffer_device, device)?;
+        buffer.device_index = client
+            .device_by_raw(device.device)
+            .ok_or_else(|| Error::unexpected("buffer_device", "the buffer is on a device the client does not list"))?
+            .index();
         let mut kind = ffi::BufferElementTypeArgs::new();
         kind.buffer = raw.as_ptr();
         pjrt_call!(api, buffer_element_type, kind)?;
@@ -148,7 +158,7 @@ impl Buffer {
     pub fn is_deleted(&self) -> bool {
         let mut args = ffi::BufferIsDeletedArgs::new();
         args.buffer = self.raw();
-        pjrt_call!(self.client.api(), buffer_is_deleted, args).map_or(true, |()| args.is_deleted)
+        pjrt_call!(self.client.api(), buffer_is_deleted, args).is_ok_and(|()| args.is_deleted)
     }
 
     /// `Ok` while the buffer holds data, [`Error::BufferDeleted`] after donation.
@@ -161,15 +171,8 @@ impl Buffer {
     }
 
     /// The device holding the buffer.
-    pub fn device(&self) -> Result<Device> {
-        self.check_live()?;
-        let mut args = ffi::BufferDeviceArgs::new();
-        args.buffer = self.raw();
-        pjrt_call!(self.client.api(), buffer_device, args)?;
-        self.client
-            .device_by_raw(args.device)
-            .cloned()
-            .ok_or_else(|| Error::unexpected("buffer_device", "the buffer is on a device the client does not list"))
+    pub fn device(&self) -> &Device {
+        &self.client.devices[self.device_index]
     }
 
     /// The address of the buffer's device memory: equal addresses mean one

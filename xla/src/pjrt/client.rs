@@ -226,6 +226,7 @@ impl Client {
     /// Compiles StableHLO text (`"mlir"` format), or returns the cached
     /// executable compiled from the same text, plugin and options.
     pub fn compile(&self, program: &str, options: &CompileOptions) -> Result<Executable> {
+        options.validate(&self.inner.devices)?;
         self.cache.get_or_compile(self, program, options)
     }
 

@@ -8,6 +8,7 @@
 use prost::Message;
 
 use super::device::Device;
+use crate::error::{Error, Result};
 
 /// How a program is compiled: replicas, partitions and which devices run them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -47,6 +48,48 @@ impl CompileOptions {
             num_partitions: 1,
             device_assignment: Some(devices.iter().map(|d| vec![d.id()]).collect()),
         }
+    }
+
+    /// Checks the options against the client's devices: XLA aborts the
+    /// process on zero replicas, so nothing malformed may reach it.
+    pub fn validate(&self, devices: &[Device]) -> Result<()> {
+        let fail = |message: String| Err(Error::CompileOptions(message));
+        if self.num_replicas == 0 || self.num_partitions == 0 {
+            return fail(format!(
+                "{} replicas × {} partitions: both must be at least 1",
+                self.num_replicas, self.num_partitions
+            ));
+        }
+        let needed = self.num_replicas * self.num_partitions;
+        if needed > devices.len() {
+            return fail(format!(
+                "{} replicas × {} partitions need {needed} devices, the client has {}",
+                self.num_replicas,
+                self.num_partitions,
+                devices.len()
+            ));
+        }
+        let Some(assignment) = &self.device_assignment else {
+            return Ok(());
+        };
+        if assignment.len() != self.num_replicas || assignment.iter().any(|r| r.len() != self.num_partitions) {
+            return fail(format!(
+                "the device assignment must be {} replicas × {} partitions of device ids",
+                self.num_replicas, self.num_partitions
+            ));
+        }
+        let mut used = std::collections::HashSet::new();
+        for &id in assignment.iter().flatten() {
+            if !devices.iter().any(|d| d.id() == id) {
+                return fail(format!(
+                    "the device assignment names device {id}, which the client does not have"
+                ));
+            }
+            if !used.insert(id) {
+                return fail(format!("the device assignment uses device {id} twice"));
+            }
+        }
+        Ok(())
     }
 
     /// The serialized `CompileOptionsProto`.

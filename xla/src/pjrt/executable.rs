@@ -254,7 +254,7 @@ impl Executable {
                         found: buffer.tensor_type().clone(),
                     });
                 }
-                let on = buffer.device()?;
+                let on = buffer.device();
                 if on.raw() != device.raw() {
                     return Err(Error::ArgumentDevice {
                         program: program(),

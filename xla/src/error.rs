@@ -170,6 +170,20 @@ pub enum Error {
     /// Compile options that cannot work on this client.
     #[error("invalid compile options: {0}")]
     CompileOptions(String),
+    /// An op was applied to tensors whose shapes or dtypes it does not accept.
+    #[error("{op}: {message}")]
+    Trace {
+        /// The op being added.
+        op: &'static str,
+        /// What is wrong, with the shapes involved.
+        message: String,
+    },
+    /// Reverse-mode differentiation reached an op that has no gradient rule.
+    #[error("cannot differentiate through `{op}`: it has no gradient rule; wrap its input in stop_gradient")]
+    NoGradient {
+        /// The op.
+        op: &'static str,
+    },
     /// A device index is out of range.
     #[error("device {index} does not exist: the client has {count} addressable devices")]
     NoSuchDevice {

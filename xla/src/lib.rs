@@ -5,6 +5,7 @@
 //!   into [`Executable`]s (cached in memory and on disk) and run them with
 //!   borrowed or donated arguments.
 //! - [`dtype`]: element types and the Rust types that carry them.
+//! - [`trace`]: traced tensor programs: ops, autodiff, StableHLO emission.
 //! - [`programs`]: hand-written StableHLO programs for benchmarks and checks.
 //!
 //! ```
@@ -29,6 +30,7 @@ pub mod dtype;
 mod error;
 pub mod pjrt;
 pub mod programs;
+pub mod trace;
 
 pub use dtype::{ElementType, NativeType, Pred, TensorType};
 pub use error::{Error, ErrorCode, Result};

@@ -69,3 +69,4 @@ pub fn donating_add_program(n: usize) -> String {
 }}"#
     )
 }
+pub mod check;

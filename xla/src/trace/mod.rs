@@ -1,0 +1,28 @@
+//! Traced tensor programs: write a computation as Rust code over symbolic
+//! [`Tensor`]s of a [`Graph`], differentiate it with [`grad`], build a
+//! [`Function`], emit StableHLO and compile it through a client's cache.
+//!
+//! ```
+//! use grpo_xla::trace::{Graph, grad};
+//! use grpo_xla::ElementType;
+//! # fn main() -> grpo_xla::Result<()> {
+//! let g = Graph::new("square_sum");
+//! let x = g.parameter(ElementType::F32, &[3])?;
+//! let loss = x.square()?.sum_all()?;
+//! let dx = grad(&loss, &[&x])?.remove(0); // 2x
+//! let function = g.build(&[&loss, &dx])?;
+//! assert!(function.to_stablehlo()?.contains("stablehlo.multiply"));
+//! # Ok(()) }
+//! ```
+
+mod autodiff;
+mod emit;
+mod function;
+mod graph;
+mod op;
+mod ops;
+mod optimize;
+
+pub use autodiff::{grad, value_and_grad};
+pub use function::Function;
+pub use graph::{Graph, Tensor};

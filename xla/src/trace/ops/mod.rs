@@ -1,0 +1,7 @@
+//! Op families, one file each: trace entry, shape rule, emission and VJP.
+
+pub(crate) mod constant;
+pub(crate) mod dot;
+pub(crate) mod elementwise;
+pub(crate) mod reduce;
+pub(crate) mod shape;

@@ -19,10 +19,15 @@ mod autodiff;
 mod emit;
 mod function;
 mod graph;
+mod nn;
 mod op;
 mod ops;
+mod optim;
 mod optimize;
+mod train;
 
 pub use autodiff::{grad, value_and_grad};
 pub use function::Function;
 pub use graph::{Graph, Tensor};
+pub use optim::{AdamW, AdamWState, Optimizer, Sgd, clip_by_global_norm, global_norm};
+pub use train::{AccumulatingTrainStep, StepMetrics, TrainState, TrainStep, TrainStepSpec};

@@ -1,0 +1,76 @@
+//! Composed helpers for models and losses, written with the primitive ops
+//! (so their gradients come from the primitives' rules).
+
+use super::graph::Tensor;
+use crate::error::{Error, Result};
+
+impl Tensor {
+    /// `x · logistic(x)` (SiLU, the activation of Llama's MLP).
+    pub fn silu(&self) -> Result<Tensor> {
+        self.mul(&self.logistic()?)
+    }
+
+    /// `max(x, 0)`.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.maximum(&self.scalar_like(0.0)?)
+    }
+
+    /// `log Σ exp(x)` over `axis` (removed), computed as `m + log Σ exp(x - m)`
+    /// with `m` the maximum, so large logits do not overflow.
+    pub fn logsumexp(&self, axis: usize) -> Result<Tensor> {
+        let m = self.max_keepdims(&[axis])?;
+        let shifted = self.sub(&m)?.exp()?.sum(&[axis])?.log()?;
+        shifted.add(&m.reshape(&without(self.dims(), axis))?)
+    }
+
+    /// `x - logsumexp(x)` over `axis` (kept).
+    pub fn log_softmax(&self, axis: usize) -> Result<Tensor> {
+        let m = self.max_keepdims(&[axis])?;
+        let shifted = self.sub(&m)?;
+        shifted.sub(&shifted.exp()?.sum_keepdims(&[axis])?.log()?)
+    }
+
+    /// `exp(x) / Σ exp(x)` over `axis`, stable for large logits.
+    pub fn softmax(&self, axis: usize) -> Result<Tensor> {
+        let e = self.sub(&self.max_keepdims(&[axis])?)?.exp()?;
+        e.div(&e.sum_keepdims(&[axis])?)
+    }
+
+    /// RMS normalization over the last axis, scaled by `weight` (shape of
+    /// that axis): `x / sqrt(mean(x²) + eps) · weight`, as in Llama.
+    pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        let last = self.rank().checked_sub(1).ok_or_else(|| Error::Trace {
+            op: "rms_norm",
+            message: "needs a tensor of rank ≥ 1".to_string(),
+        })?;
+        if weight.dims() != [self.dims()[last]] {
+            return Err(Error::Trace {
+                op: "rms_norm",
+                message: format!(
+                    "weight {} does not match the last axis of {}",
+                    weight.tensor_type(),
+                    self.tensor_type()
+                ),
+            });
+        }
+        let mean_square = self
+            .square()?
+            .sum_keepdims(&[last])?
+            .mul_scalar(1.0 / self.dims()[last] as f64)?;
+        self.mul(&mean_square.add_scalar(eps)?.rsqrt()?)?.mul(weight)
+    }
+
+    /// Mean squared error against `target` of the same shape, as a scalar.
+    pub fn mse(&self, target: &Tensor) -> Result<Tensor> {
+        let count = self.tensor_type().element_count().max(1) as f64;
+        self.sub(target)?.square()?.sum_all()?.mul_scalar(1.0 / count)
+    }
+}
+
+fn without(dims: &[i64], axis: usize) -> Vec<i64> {
+    dims.iter()
+        .enumerate()
+        .filter(|(i, _)| *i != axis)
+        .map(|(_, &d)| d)
+        .collect()
+}

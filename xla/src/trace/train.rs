@@ -1,0 +1,330 @@
+//! The train-step compiler: a loss function over (params, batch) becomes
+//! ONE executable `(params, opt_state, batch, lr) → (params', opt_state',
+//! loss, grad_norm)` — forward, backward, clipping and the optimizer —
+//! with parameters and optimizer state donated, so updates happen in place.
+//!
+//! Gradient accumulation uses three programs instead: gradients of the first
+//! micro-batch, gradients added for each further micro-batch (accumulator
+//! donated), and the clipped optimizer update of the mean gradient.
+
+use super::function::Function;
+use super::graph::{Graph, Tensor};
+use super::optim::{Optimizer, clip_by_global_norm, global_norm};
+use crate::dtype::{ElementType, TensorType};
+use crate::error::{Error, Result};
+use crate::pjrt::{Arg, Buffer, Client, Device, Executable};
+
+/// The shapes and optimizer of a training step.
+pub struct TrainStepSpec<'a> {
+    /// Parameter types, in the order the loss function receives them.
+    pub params: Vec<TensorType>,
+    /// Batch tensor types, in the order the loss function receives them.
+    pub batch: Vec<TensorType>,
+    /// The optimizer traced into the step.
+    pub optimizer: &'a dyn Optimizer,
+    /// Global gradient-norm clipping threshold; `None` disables clipping.
+    pub max_grad_norm: Option<f64>,
+}
+
+/// Device buffers a training run owns: parameters and optimizer state.
+#[derive(Debug)]
+pub struct TrainState {
+    /// Parameters, in the spec's order.
+    pub params: Vec<Buffer>,
+    /// Optimizer state, in [`Optimizer::state_spec`] order.
+    pub optimizer: Vec<Buffer>,
+}
+
+/// What one step reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepMetrics {
+    /// The loss before the update (mean over micro-batches).
+    pub loss: f32,
+    /// The global gradient norm before clipping.
+    pub grad_norm: f32,
+}
+
+/// A compiled training step.
+pub struct TrainStep {
+    client: Client,
+    executable: Executable,
+    state_spec: Vec<(String, TensorType)>,
+    params: usize,
+}
+
+/// The traced pieces shared by the step programs.
+struct Traced {
+    graph: Graph,
+    params: Vec<Tensor>,
+    loss: Tensor,
+    grads: Vec<Tensor>,
+}
+
+/// Traces `loss_fn` over fresh parameters (after `leading` other inputs are
+/// added by `before`) and differentiates it.
+fn trace_loss(
+    name: &str,
+    spec: &TrainStepSpec<'_>,
+    loss_fn: &dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
+    before_batch: impl FnOnce(&Graph) -> Result<()>,
+) -> Result<Traced> {
+    let graph = Graph::new(name);
+    let params = spec
+        .params
+        .iter()
+        .map(|t| graph.parameter(t.dtype, &t.dims))
+        .collect::<Result<Vec<_>>>()?;
+    before_batch(&graph)?;
+    let batch = spec
+        .batch
+        .iter()
+        .map(|t| graph.parameter(t.dtype, &t.dims))
+        .collect::<Result<Vec<_>>>()?;
+    let loss = loss_fn(&params, &batch)?;
+    let wrt: Vec<&Tensor> = params.iter().collect();
+    let grads = super::autodiff::grad(&loss, &wrt)?;
+    Ok(Traced {
+        graph,
+        params,
+        loss: loss.convert(ElementType::F32)?,
+        grads,
+    })
+}
+
+/// Clips (if asked) and applies the optimizer; returns the update outputs
+/// `params', state'` and the norm.
+fn trace_update(
+    spec: &TrainStepSpec<'_>,
+    params: &[Tensor],
+    grads: &[Tensor],
+    state: &[Tensor],
+    lr: &Tensor,
+) -> Result<(Vec<Tensor>, Tensor)> {
+    let (grads, norm) = match spec.max_grad_norm {
+        Some(max) => clip_by_global_norm(grads, max)?,
+        None => (grads.to_vec(), global_norm(grads)?),
+    };
+    let (new_params, new_state) = spec.optimizer.update(params, &grads, state, lr)?;
+    let mut outputs = new_params;
+    outputs.extend(new_state);
+    Ok((outputs, norm.convert(ElementType::F32)?))
+}
+
+fn state_parameters(graph: &Graph, spec: &[(String, TensorType)]) -> Result<Vec<Tensor>> {
+    spec.iter().map(|(_, t)| graph.parameter(t.dtype, &t.dims)).collect()
+}
+
+impl TrainStep {
+    /// Traces `loss_fn(params, batch)` (a scalar) and compiles the whole step.
+    pub fn compile(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
+    ) -> Result<TrainStep> {
+        let state_spec = spec.optimizer.state_spec(&spec.params);
+        let mut state = Vec::new();
+        let traced = trace_loss("train_step", spec, &loss_fn, |graph| {
+            state = state_parameters(graph, &state_spec)?;
+            Ok(())
+        })?;
+        let lr = traced.graph.parameter(ElementType::F32, &[])?;
+        let (mut outputs, norm) = trace_update(spec, &traced.params, &traced.grads, &state, &lr)?;
+        outputs.push(traced.loss.clone());
+        outputs.push(norm);
+        let refs: Vec<&Tensor> = outputs.iter().collect();
+        let function = traced
+            .graph
+            .build(&refs)?
+            .donate_range(0..spec.params.len() + state_spec.len())?;
+        Ok(TrainStep {
+            client: client.clone(),
+            executable: function.compile(client)?,
+            state_spec,
+            params: spec.params.len(),
+        })
+    }
+
+    /// Names and types of the optimizer state tensors.
+    pub fn optimizer_state_spec(&self) -> &[(String, TensorType)] {
+        &self.state_spec
+    }
+
+    /// A training state from parameter buffers, with zeroed optimizer state.
+    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
+        init_state(&self.client, &self.executable, &self.state_spec, params)
+    }
+
+    /// Runs one step in place on `state` with learning rate `lr`.
+    pub fn step(&self, state: &mut TrainState, batch: &[&Buffer], lr: f32) -> Result<StepMetrics> {
+        let lr = scalar_on(&self.client, &self.executable, lr)?;
+        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Donate).collect();
+        args.extend(state.optimizer.iter().map(Arg::Donate));
+        args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+        args.push(Arg::Borrow(&lr));
+        let mut outputs = self.executable.execute_args(&args)?;
+        let norm = outputs.pop().expect("grad norm output");
+        let loss = outputs.pop().expect("loss output");
+        state.optimizer = outputs.split_off(self.params);
+        state.params = outputs;
+        Ok(StepMetrics {
+            loss: read_scalar(&loss)?,
+            grad_norm: read_scalar(&norm)?,
+        })
+    }
+}
+
+/// A training step over several micro-batches whose gradients are averaged
+/// before one optimizer update.
+pub struct AccumulatingTrainStep {
+    client: Client,
+    first: Executable,
+    accumulate: Executable,
+    apply: Executable,
+    state_spec: Vec<(String, TensorType)>,
+    params: usize,
+}
+
+impl AccumulatingTrainStep {
+    /// Traces `loss_fn(params, micro_batch)` and compiles the three programs.
+    pub fn compile(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
+    ) -> Result<AccumulatingTrainStep> {
+        let n = spec.params.len();
+        let state_spec = spec.optimizer.state_spec(&spec.params);
+
+        // (params, batch) → (grads, loss)
+        let first = trace_loss("grad_first", spec, &loss_fn, |_| Ok(()))?;
+        let mut outputs = first.grads.clone();
+        outputs.push(first.loss.clone());
+        let first = build(&first.graph, &outputs)?;
+
+        // (params, acc, batch) → (acc + grads, loss), acc donated
+        let mut acc = Vec::new();
+        let more = trace_loss("grad_accumulate", spec, &loss_fn, |graph| {
+            acc = spec
+                .params
+                .iter()
+                .map(|t| graph.parameter(t.dtype, &t.dims))
+                .collect::<Result<_>>()?;
+            Ok(())
+        })?;
+        let mut outputs = acc
+            .iter()
+            .zip(&more.grads)
+            .map(|(a, g)| a.add(g))
+            .collect::<Result<Vec<_>>>()?;
+        outputs.push(more.loss.clone());
+        let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
+
+        // (params, state, acc, lr, scale) → (params', state', grad_norm)
+        let graph = Graph::new("apply_update");
+        let params = spec
+            .params
+            .iter()
+            .map(|t| graph.parameter(t.dtype, &t.dims))
+            .collect::<Result<Vec<_>>>()?;
+        let state = state_parameters(&graph, &state_spec)?;
+        let acc = spec
+            .params
+            .iter()
+            .map(|t| graph.parameter(t.dtype, &t.dims))
+            .collect::<Result<Vec<_>>>()?;
+        let lr = graph.parameter(ElementType::F32, &[])?;
+        let scale = graph.parameter(ElementType::F32, &[])?;
+        let mean = acc
+            .iter()
+            .map(|a| a.mul(&scale.convert(a.dtype())?))
+            .collect::<Result<Vec<_>>>()?;
+        let (mut outputs, norm) = trace_update(spec, &params, &mean, &state, &lr)?;
+        outputs.push(norm);
+        let apply = build(&graph, &outputs)?.donate_range(0..n + state_spec.len())?;
+
+        Ok(AccumulatingTrainStep {
+            client: client.clone(),
+            first: first.compile(client)?,
+            accumulate: accumulate.compile(client)?,
+            apply: apply.compile(client)?,
+            state_spec,
+            params: n,
+        })
+    }
+
+    /// A training state from parameter buffers, with zeroed optimizer state.
+    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
+        init_state(&self.client, &self.apply, &self.state_spec, params)
+    }
+
+    /// One optimizer step over `micro_batches` (at least one), in place.
+    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
+        let (first, rest) = micro_batches.split_first().ok_or_else(|| Error::Trace {
+            op: "train_step",
+            message: "needs at least one micro-batch".to_string(),
+        })?;
+        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
+        args.extend(first.iter().map(|&b| Arg::Borrow(b)));
+        let mut acc = self.first.execute_args(&args)?;
+        let mut loss_sum = read_scalar(&acc.pop().expect("loss output"))?;
+        for batch in rest {
+            let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
+            args.extend(acc.iter().map(Arg::Donate));
+            args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+            let mut out = self.accumulate.execute_args(&args)?;
+            loss_sum += read_scalar(&out.pop().expect("loss output"))?;
+            acc = out;
+        }
+        let count = micro_batches.len() as f32;
+        let lr = scalar_on(&self.client, &self.apply, lr)?;
+        let scale = scalar_on(&self.client, &self.apply, 1.0 / count)?;
+        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Donate).collect();
+        args.extend(state.optimizer.iter().map(Arg::Donate));
+        args.extend(acc.iter().map(Arg::Borrow));
+        args.push(Arg::Borrow(&lr));
+        args.push(Arg::Borrow(&scale));
+        let mut outputs = self.apply.execute_args(&args)?;
+        let norm = outputs.pop().expect("grad norm output");
+        state.optimizer = outputs.split_off(self.params);
+        state.params = outputs;
+        Ok(StepMetrics {
+            loss: loss_sum / count,
+            grad_norm: read_scalar(&norm)?,
+        })
+    }
+}
+
+fn build(graph: &Graph, outputs: &[Tensor]) -> Result<Function> {
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    graph.build(&refs)
+}
+
+/// A state of `params` and zeroed optimizer tensors, on the program's device.
+fn init_state(
+    client: &Client,
+    executable: &Executable,
+    state_spec: &[(String, TensorType)],
+    params: Vec<Buffer>,
+) -> Result<TrainState> {
+    let device = program_device(executable)?;
+    let optimizer = state_spec
+        .iter()
+        .map(|(_, t)| client.buffer_from_host_bytes(&vec![0u8; t.byte_size()], t, device))
+        .collect::<Result<_>>()?;
+    Ok(TrainState { params, optimizer })
+}
+
+fn program_device(executable: &Executable) -> Result<&Device> {
+    executable
+        .devices()
+        .first()
+        .ok_or_else(|| Error::unexpected("train_step", "the program has no device"))
+}
+
+/// An f32 scalar on the program's device.
+fn scalar_on(client: &Client, executable: &Executable, value: f32) -> Result<Buffer> {
+    client.buffer_from_host(&[value], &[], program_device(executable)?)
+}
+
+fn read_scalar(buffer: &Buffer) -> Result<f32> {
+    Ok(buffer.to_host::<f32>()?[0])
+}

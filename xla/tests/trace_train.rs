@@ -1,0 +1,350 @@
+//! Functional optimizers against host f64 math, and whole training steps
+//! compiled as one program: the loss falls, one compilation, flat memory.
+
+mod common;
+
+use common::check::run_f64;
+use common::{cpu_client, random_f64};
+use grpo_xla::trace::{
+    AccumulatingTrainStep, AdamW, Graph, Optimizer, Sgd, Tensor, TrainStep, TrainStepSpec, clip_by_global_norm,
+};
+use grpo_xla::{Arg, Buffer, Client, ElementType, TensorType};
+
+/// Host AdamW in f64, the formula of `torch.optim.AdamW`.
+struct HostAdamW {
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: i32,
+}
+
+impl HostAdamW {
+    fn step(&mut self, p: &mut [f64], g: &[f64], lr: f64, cfg: &AdamW) {
+        self.t += 1;
+        let bias1 = 1.0 - cfg.beta1.powi(self.t);
+        let bias2 = 1.0 - cfg.beta2.powi(self.t);
+        for i in 0..p.len() {
+            p[i] -= lr * cfg.weight_decay * p[i];
+            self.m[i] = cfg.beta1 * self.m[i] + (1.0 - cfg.beta1) * g[i];
+            self.v[i] = cfg.beta2 * self.v[i] + (1.0 - cfg.beta2) * g[i] * g[i];
+            let denom = self.v[i].sqrt() / bias2.sqrt() + cfg.eps;
+            p[i] -= lr / bias1 * self.m[i] / denom;
+        }
+    }
+}
+
+fn f32s(values: &[f64]) -> Vec<f32> {
+    values.iter().map(|&v| v as f32).collect()
+}
+
+/// A program `(params, state, grads, lr) → (params', state')` for `optimizer`.
+fn update_program(client: &Client, optimizer: &dyn Optimizer, shapes: &[Vec<i64>]) -> grpo_xla::Executable {
+    let graph = Graph::new("update");
+    let types: Vec<TensorType> = shapes
+        .iter()
+        .map(|d| TensorType::new(ElementType::F32, d.clone()))
+        .collect();
+    let spec = optimizer.state_spec(&types);
+    let params: Vec<Tensor> = types
+        .iter()
+        .map(|t| graph.parameter(t.dtype, &t.dims).unwrap())
+        .collect();
+    let state: Vec<Tensor> = spec
+        .iter()
+        .map(|(_, t)| graph.parameter(t.dtype, &t.dims).unwrap())
+        .collect();
+    let grads: Vec<Tensor> = types
+        .iter()
+        .map(|t| graph.parameter(t.dtype, &t.dims).unwrap())
+        .collect();
+    let lr = graph.parameter(ElementType::F32, &[]).unwrap();
+    let (new_params, new_state) = optimizer.update(&params, &grads, &state, &lr).unwrap();
+    let outputs: Vec<&Tensor> = new_params.iter().chain(&new_state).collect();
+    let donated = params.len() + state.len();
+    graph
+        .build(&outputs)
+        .unwrap()
+        .donate_range(0..donated)
+        .unwrap()
+        .compile(client)
+        .unwrap()
+}
+
+#[test]
+fn adamw_matches_host_f64_for_ten_steps() {
+    let client = cpu_client(1);
+    let device = client.device(0).unwrap();
+    let cfg = AdamW::default();
+    let shapes = vec![vec![4, 3], vec![5]];
+    let executable = update_program(&client, &cfg, &shapes);
+    let mut host_params: Vec<Vec<f64>> = shapes
+        .iter()
+        .map(|d| random_f64(d.iter().product::<i64>() as usize))
+        .collect();
+    // The device starts from the f32-rounded values; the host follows them exactly.
+    for p in &mut host_params {
+        *p = f32s(p).iter().map(|&v| f64::from(v)).collect();
+    }
+    let mut host: Vec<HostAdamW> = host_params
+        .iter()
+        .map(|p| HostAdamW {
+            m: vec![0.0; p.len()],
+            v: vec![0.0; p.len()],
+            t: 0,
+        })
+        .collect();
+    let upload = |values: &[f32], dims: &[i64]| client.buffer_from_host(values, dims, device).unwrap();
+    let mut params: Vec<Buffer> = host_params
+        .iter()
+        .zip(&shapes)
+        .map(|(p, d)| upload(&f32s(p), d))
+        .collect();
+    let state_spec = cfg.state_spec(
+        &shapes
+            .iter()
+            .map(|d| TensorType::new(ElementType::F32, d.clone()))
+            .collect::<Vec<_>>(),
+    );
+    let mut state: Vec<Buffer> = state_spec
+        .iter()
+        .map(|(_, t)| upload(&vec![0.0; t.element_count()], &t.dims))
+        .collect();
+    for step in 0..10 {
+        let lr = 1e-2 * (1.0 + step as f64) / 10.0; // a schedule: changes every step, never recompiles
+        let grads: Vec<Vec<f32>> = host_params.iter().map(|p| f32s(&random_f64(p.len()))).collect();
+        for ((p, g), h) in host_params.iter_mut().zip(&grads).zip(&mut host) {
+            let g64: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
+            h.step(p, &g64, f64::from(lr as f32), &cfg);
+        }
+        let grad_buffers: Vec<Buffer> = grads.iter().zip(&shapes).map(|(g, d)| upload(g, d)).collect();
+        let lr_buffer = upload(&[lr as f32], &[]);
+        let mut args: Vec<Arg<'_>> = params.iter().map(Arg::Donate).collect();
+        args.extend(state.iter().map(Arg::Donate));
+        args.extend(grad_buffers.iter().map(Arg::Borrow));
+        args.push(Arg::Borrow(&lr_buffer));
+        let mut outputs = executable.execute_args(&args).unwrap();
+        state = outputs.split_off(params.len());
+        params = outputs;
+    }
+    assert_eq!(client.compile_stats().compiles, 1);
+    let mut worst: f64 = 0.0;
+    for (buffer, want) in params.iter().zip(&host_params) {
+        for (got, want) in buffer.to_host::<f32>().unwrap().iter().zip(want) {
+            worst = worst.max((f64::from(*got) - want).abs() / want.abs().max(1e-2));
+        }
+    }
+    assert!(worst <= 1e-5, "max relative error {worst}");
+}
+
+#[test]
+fn sgd_with_momentum_matches_host() {
+    let client = cpu_client(1);
+    let device = client.device(0).unwrap();
+    let sgd = Sgd {
+        momentum: 0.9,
+        weight_decay: 0.1,
+    };
+    let executable = update_program(&client, &sgd, &[vec![6]]);
+    let p0 = f32s(&random_f64(6));
+    let g = f32s(&random_f64(6));
+    let (mut p, mut buf): (Vec<f64>, Vec<f64>) = (p0.iter().map(|&v| f64::from(v)).collect(), vec![0.0; 6]);
+    let mut params = client.buffer_from_host(&p0, &[6], device).unwrap();
+    let mut momentum = client.buffer_from_host(&[0.0f32; 6], &[6], device).unwrap();
+    let grads = client.buffer_from_host(&g, &[6], device).unwrap();
+    let lr = client.buffer_from_host(&[0.1f32], &[], device).unwrap();
+    for _ in 0..3 {
+        for i in 0..6 {
+            buf[i] = 0.9 * buf[i] + (f64::from(g[i]) + 0.1 * p[i]);
+            p[i] -= 0.1 * buf[i];
+        }
+        let mut out = executable
+            .execute_args(&[
+                Arg::Donate(&params),
+                Arg::Donate(&momentum),
+                Arg::Borrow(&grads),
+                Arg::Borrow(&lr),
+            ])
+            .unwrap();
+        momentum = out.pop().unwrap();
+        params = out.pop().unwrap();
+    }
+    for (got, want) in params.to_host::<f32>().unwrap().iter().zip(&p) {
+        assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+    }
+}
+
+#[test]
+fn global_norm_clipping_matches_torch_formula() {
+    let client = cpu_client(1);
+    for max_norm in [0.5, 100.0] {
+        let graph = Graph::new("clip");
+        let a = graph.parameter(ElementType::F64, &[3]).unwrap();
+        let b = graph.parameter(ElementType::F64, &[2, 2]).unwrap();
+        let (clipped, norm) = clip_by_global_norm(&[a, b], max_norm).unwrap();
+        let executable = graph
+            .build(&[&clipped[0], &clipped[1], &norm])
+            .unwrap()
+            .compile(&client)
+            .unwrap();
+        let (va, vb) = (random_f64(3), random_f64(4));
+        let out = run_f64(&client, &executable, &[(va.clone(), vec![3]), (vb.clone(), vec![2, 2])]);
+        let norm: f64 = va.iter().chain(&vb).map(|x| x * x).sum::<f64>().sqrt();
+        let coef = (max_norm / (norm + 1e-6)).min(1.0);
+        assert!((out[2][0] - norm).abs() < 1e-12);
+        for (got, want) in out[0].iter().chain(&out[1]).zip(va.iter().chain(&vb)) {
+            assert!((got - want * coef).abs() < 1e-12, "{got} vs {}", want * coef);
+        }
+    }
+}
+
+/// A 2-layer MLP `x → silu(x·W1 + b1)·W2 + b2` with MSE loss.
+fn mlp_loss(params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<Tensor> {
+    let hidden = batch[0].matmul(&params[0])?.add(&params[1])?.silu()?;
+    hidden.matmul(&params[2])?.add(&params[3])?.mse(&batch[1])
+}
+
+fn mlp_setup(client: &Client, batch: i64) -> (Vec<Buffer>, Vec<TensorType>, Vec<Buffer>) {
+    let device = client.device(0).unwrap();
+    let shapes: [Vec<i64>; 4] = [vec![4, 32], vec![32], vec![32, 1], vec![1]];
+    let params: Vec<Buffer> = shapes
+        .iter()
+        .map(|d| {
+            let values: Vec<f32> = random_f64(d.iter().product::<i64>() as usize)
+                .iter()
+                .map(|&v| (v * 0.5) as f32)
+                .collect();
+            client.buffer_from_host(&values, d, device).unwrap()
+        })
+        .collect();
+    let types = shapes
+        .iter()
+        .map(|d| TensorType::new(ElementType::F32, d.clone()))
+        .collect();
+    // Targets of a smooth function of the inputs.
+    let x = random_f64(batch as usize * 4);
+    let y: Vec<f32> = x
+        .chunks(4)
+        .map(|r| ((r[0] * 2.0).sin() + r[1] * r[2] - 0.5 * r[3]) as f32)
+        .collect();
+    let data = vec![
+        client.buffer_from_host(&f32s(&x), &[batch, 4], device).unwrap(),
+        client.buffer_from_host(&y, &[batch, 1], device).unwrap(),
+    ];
+    (params, types, data)
+}
+
+#[test]
+fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
+    let client = cpu_client(1);
+    let (params, types, data) = mlp_setup(&client, 64);
+    let optimizer = AdamW::default();
+    let spec = TrainStepSpec {
+        params: types,
+        batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+    };
+    let step = TrainStep::compile(&client, &spec, mlp_loss).unwrap();
+    let mut state = step.init_state(params).unwrap();
+    let batch: Vec<&Buffer> = data.iter().collect();
+    let first = step.step(&mut state, &batch, 1e-2).unwrap();
+    let live_after_first = client.live_buffers();
+    let mut last = first;
+    for _ in 1..100 {
+        last = step.step(&mut state, &batch, 1e-2).unwrap();
+        assert!(last.loss.is_finite() && last.grad_norm.is_finite());
+    }
+    assert!(last.loss < 0.2 * first.loss, "loss {} → {}", first.loss, last.loss);
+    assert_eq!(client.compile_stats().compiles, 1, "one program for the whole run");
+    assert_eq!(
+        client.live_buffers(),
+        live_after_first,
+        "donation keeps device memory flat"
+    );
+}
+
+#[test]
+fn accumulated_micro_batches_equal_one_full_batch() {
+    let client = cpu_client(1);
+    let device = client.device(0).unwrap();
+    let (params, types, data) = mlp_setup(&client, 8);
+    let host: Vec<Vec<f32>> = params.iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let copy = |values: &[Vec<f32>]| -> Vec<Buffer> {
+        values
+            .iter()
+            .zip(&types)
+            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap())
+            .collect()
+    };
+    let optimizer = AdamW::default();
+    let full_spec = TrainStepSpec {
+        params: types.clone(),
+        batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+    };
+    let full = TrainStep::compile(&client, &full_spec, mlp_loss).unwrap();
+    let mut full_state = full.init_state(copy(&host)).unwrap();
+    let full_metrics = full
+        .step(&mut full_state, &data.iter().collect::<Vec<_>>(), 1e-2)
+        .unwrap();
+
+    let (x, y) = (data[0].to_host::<f32>().unwrap(), data[1].to_host::<f32>().unwrap());
+    let halves: Vec<[Buffer; 2]> = (0..2)
+        .map(|h| {
+            [
+                client
+                    .buffer_from_host(&x[h * 16..(h + 1) * 16], &[4, 4], device)
+                    .unwrap(),
+                client
+                    .buffer_from_host(&y[h * 4..(h + 1) * 4], &[4, 1], device)
+                    .unwrap(),
+            ]
+        })
+        .collect();
+    let micro_spec = TrainStepSpec {
+        params: types.clone(),
+        batch: halves[0].iter().map(|b| b.tensor_type().clone()).collect(),
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+    };
+    let accumulating = AccumulatingTrainStep::compile(&client, &micro_spec, mlp_loss).unwrap();
+    let mut micro_state = accumulating.init_state(copy(&host)).unwrap();
+    let micro_batches: Vec<Vec<&Buffer>> = halves.iter().map(|h| h.iter().collect()).collect();
+    let micro_metrics = accumulating.step(&mut micro_state, &micro_batches, 1e-2).unwrap();
+
+    assert!((full_metrics.loss - micro_metrics.loss).abs() < 1e-5 * full_metrics.loss.abs().max(1.0));
+    assert!((full_metrics.grad_norm - micro_metrics.grad_norm).abs() < 1e-4);
+    for (a, b) in full_state.params.iter().zip(&micro_state.params) {
+        for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn build_errors_name_the_op_and_the_graph_is_cleaned_up() {
+    let graph = Graph::new("g");
+    let x = graph.parameter(ElementType::F32, &[2, 3]).unwrap();
+    let other = Graph::new("other");
+    let y = other.parameter(ElementType::F32, &[2, 3]).unwrap();
+    let foreign = x.add(&y).unwrap_err().to_string();
+    assert!(
+        foreign.contains("graph `other`") && foreign.contains("graph `g`"),
+        "{foreign}"
+    );
+    let bad = x.reshape(&[4, 2]).unwrap_err().to_string();
+    assert!(bad.starts_with("reshape") && bad.contains("[4, 2]"), "{bad}");
+
+    // The same subexpression twice and an unused branch: both disappear.
+    let a = x.exp().unwrap();
+    let b = x.exp().unwrap();
+    let _unused = x.tanh().unwrap().sum_all().unwrap();
+    let out = a.add(&b).unwrap();
+    let function = graph.build(&[&out]).unwrap();
+    let text = function.to_stablehlo().unwrap();
+    assert_eq!(text.matches("stablehlo.exponential").count(), 1, "{text}");
+    assert!(!text.contains("stablehlo.tanh"), "{text}");
+    assert_eq!(function.node_count(), 3, "parameter, exp, add:\n{text}");
+    let late = x.exp().unwrap_err().to_string();
+    assert!(late.contains("already built"), "{late}");
+}

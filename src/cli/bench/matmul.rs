@@ -27,6 +27,9 @@ pub struct MatmulArgs {
     /// Untimed runs before timing.
     #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Print one JSON line per case instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_dtype(name: &str) -> Result<ElementType, String> {
@@ -39,44 +42,53 @@ fn parse_dtype(name: &str) -> Result<ElementType, String> {
     }
 }
 
-/// Measures every (dtype, size) and prints a table.
+/// Measures every (dtype, size) and prints a table (or JSON lines).
 pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
     if args.sizes.contains(&0) {
         bail!("--sizes must be positive");
     }
     let client = args.platform.client()?;
     let device_kind = client.devices().first().map_or("?", |d| d.kind());
-    println!(
-        "matmul on {} ({device_kind}), {} timed runs after {} warm-up, median and best",
-        client.platform_name(),
-        args.runs,
-        args.warmup
-    );
-    println!(
-        "{:<6} {:>6} {:>12} {:>12} {:>14} {:>12}",
-        "dtype", "n", "median ms", "best ms", "GFLOP/s med", "GFLOP/s best"
-    );
+    if !args.json {
+        println!(
+            "matmul on {} ({device_kind}), {} timed runs after {} warm-up, median and best",
+            client.platform_name(),
+            args.runs,
+            args.warmup
+        );
+        println!(
+            "{:<6} {:>6} {:>12} {:>12} {:>14} {:>12}",
+            "dtype", "n", "median ms", "best ms", "GFLOP/s med", "GFLOP/s best"
+        );
+    }
     for &dtype in &args.dtypes {
         for &n in &args.sizes {
             let timings = time_matmul(&client, dtype, n, args)?;
             let flops = 2.0 * (n as f64).powi(3);
             let rate = |d: std::time::Duration| flops / d.as_secs_f64() / 1e9;
-            println!(
-                "{:<6} {:>6} {:>12.3} {:>12.3} {:>14.1} {:>12.1}",
-                dtype.to_string(),
-                n,
-                timings.median().as_secs_f64() * 1e3,
-                timings.best().as_secs_f64() * 1e3,
-                rate(timings.median()),
-                rate(timings.best())
-            );
+            let (median, best) = (timings.median().as_secs_f64() * 1e3, timings.best().as_secs_f64() * 1e3);
+            if args.json {
+                println!(
+                    "{{\"dtype\": \"{dtype}\", \"n\": {n}, \"median_ms\": {median:.4}, \"best_ms\": {best:.4}, \"gflops\": {:.1}}}",
+                    rate(timings.median())
+                );
+            } else {
+                println!(
+                    "{:<6} {n:>6} {median:>12.3} {best:>12.3} {:>14.1} {:>12.1}",
+                    dtype.to_string(),
+                    rate(timings.median()),
+                    rate(timings.best())
+                );
+            }
         }
     }
-    let stats = client.compile_stats();
-    println!(
-        "programs: {} compiled, {} loaded from the disk cache",
-        stats.compiles, stats.disk_hits
-    );
+    if !args.json {
+        let stats = client.compile_stats();
+        println!(
+            "programs: {} compiled, {} loaded from the disk cache",
+            stats.compiles, stats.disk_hits
+        );
+    }
     Ok(())
 }
 

@@ -5,6 +5,8 @@ mod common;
 
 use common::check::{Input, check_forward, check_gradient};
 use common::cpu_client;
+use grpo_xla::ElementType;
+use grpo_xla::trace::Tensor;
 
 type HostFn = fn(f64) -> f64;
 
@@ -206,9 +208,7 @@ fn shape_ops_forward_and_gradients() {
     );
     // concatenate and reverse
     let two = [Input::new(&[2, 3]), Input::new(&[2, 2])];
-    check_gradient(&client, &two, |p| {
-        grpo_xla::trace::Tensor::concatenate(&[&p[0], &p[1]], 1)
-    });
+    check_gradient(&client, &two, |p| Tensor::concatenate(&[&p[0], &p[1]], 1));
     check_forward(
         &client,
         &[Input::new(&[4])],
@@ -277,4 +277,134 @@ fn reductions_forward_and_gradients() {
     check_gradient(&client, &x, |p| p[0].min(&[0, 1, 2]));
     check_gradient(&client, &x, |p| p[0].mean(&[2]));
     check_gradient(&client, &x, |p| p[0].sum_keepdims(&[1]));
+}
+
+/// An i32 constant in the graph of `anchor`.
+fn ints(anchor: &Tensor, values: &[i32]) -> grpo_xla::Result<Tensor> {
+    anchor.graph().constant(values, &[values.len() as i64])
+}
+
+#[test]
+fn integer_bitwise_and_compare_ops_forward() {
+    let client = cpu_client(1);
+    let a: [i32; 6] = [5, -3, 12, 7, 0, -8];
+    let b: [i32; 6] = [3, 3, 10, 7, 1, -8];
+    type TraceOp = fn(&Tensor, &Tensor) -> grpo_xla::Result<Tensor>;
+    let cases: [(TraceOp, fn(i32, i32) -> i64); 11] = [
+        (|x, y| x.and(y), |x, y| i64::from(x & y)),
+        (|x, y| x.or(y), |x, y| i64::from(x | y)),
+        (|x, y| x.xor(y), |x, y| i64::from(x ^ y)),
+        (
+            |x, y| x.abs()?.shift_left(&y.abs()?),
+            |x, y| i64::from(x.abs() << y.abs()),
+        ),
+        (
+            |x, y| x.abs()?.shift_right_logical(&y.abs()?),
+            |x, y| i64::from(x.abs() >> y.abs()),
+        ),
+        (|x, y| indicator(&x.eq(y)?), |x, y| i64::from(x == y)),
+        (|x, y| indicator(&x.ne(y)?), |x, y| i64::from(x != y)),
+        (|x, y| indicator(&x.le(y)?), |x, y| i64::from(x <= y)),
+        (|x, y| indicator(&x.ge(y)?), |x, y| i64::from(x >= y)),
+        (|x, y| x.minimum(y), |x, y| i64::from(x.min(y))),
+        (|x, y| x.sub(y)?.neg()?.sign(), |x, y| i64::from((y - x).signum())),
+    ];
+    for (op, host) in cases {
+        check_forward(
+            &client,
+            &[Input::new(&[])],
+            |p| op(&ints(&p[0], &a)?, &ints(&p[0], &b)?)?.convert(ElementType::F64),
+            |_| a.iter().zip(&b).map(|(&x, &y)| host(x, y) as f64).collect(),
+            0.0,
+        );
+    }
+    // Bitcast f32 → u32 → f32 keeps the bits; 1.0f32 is 0x3F800000.
+    check_forward(
+        &client,
+        &[Input::new(&[4])],
+        |p| {
+            p[0].convert(ElementType::F32)?
+                .bitcast(ElementType::U32)?
+                .bitcast(ElementType::F32)?
+                .convert(ElementType::F64)
+        },
+        |v| v[0].iter().map(|&x| f64::from(x as f32)).collect(),
+        0.0,
+    );
+    check_forward(
+        &client,
+        &[Input::new(&[])],
+        |p| {
+            p[0].graph()
+                .scalar(1.0, ElementType::F32)?
+                .bitcast(ElementType::U32)?
+                .convert(ElementType::F64)
+        },
+        |_| vec![f64::from(0x3F80_0000u32)],
+        0.0,
+    );
+}
+
+fn indicator(pred: &Tensor) -> grpo_xla::Result<Tensor> {
+    let g = pred.graph();
+    let one = g.full(1.0, ElementType::S32, pred.dims())?;
+    pred.select(&one, &one.zeros_like()?)
+}
+
+#[test]
+fn iota_concatenate_and_dynamic_update_forward() {
+    let client = cpu_client(1);
+    check_forward(
+        &client,
+        &[Input::new(&[])],
+        |p| p[0].graph().iota(ElementType::F64, &[2, 3], 1),
+        |_| vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0],
+        0.0,
+    );
+    check_forward(
+        &client,
+        &[Input::new(&[2, 1]), Input::new(&[2, 2])],
+        |p| Tensor::concatenate(&[&p[0], &p[1]], 1),
+        |v| vec![v[0][0], v[1][0], v[1][1], v[0][1], v[1][2], v[1][3]],
+        0.0,
+    );
+    check_forward(
+        &client,
+        &[Input::new(&[5]), Input::new(&[2])],
+        |p| {
+            let start = p[0].graph().constant(&[2i32], &[1])?.reshape(&[])?;
+            p[0].dynamic_update_slice(&p[1], &[&start])
+        },
+        |v| vec![v[0][0], v[0][1], v[1][0], v[1][1], v[0][4]],
+        0.0,
+    );
+    // Starts out of range are clamped, as in XLA.
+    check_forward(
+        &client,
+        &[Input::new(&[5])],
+        |p| {
+            let start = p[0].graph().constant(&[9i32], &[1])?.reshape(&[])?;
+            p[0].dynamic_slice(&[&start], &[2])
+        },
+        |v| vec![v[0][3], v[0][4]],
+        0.0,
+    );
+    check_forward(
+        &client,
+        &[Input::new(&[3, 4])],
+        |p| p[0].min(&[1]),
+        |v| {
+            v[0].chunks(4)
+                .map(|r| r.iter().copied().fold(f64::MAX, f64::min))
+                .collect()
+        },
+        0.0,
+    );
+    check_forward(
+        &client,
+        &[Input::new(&[3, 4])],
+        |p| p[0].mean(&[0]),
+        |v| (0..4).map(|j| (v[0][j] + v[0][4 + j] + v[0][8 + j]) / 3.0).collect(),
+        1e-12,
+    );
 }

@@ -49,6 +49,27 @@ impl ElementType {
         ElementType::F64,
     ];
 
+    /// f16, bf16, f32 or f64.
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            ElementType::F16 | ElementType::Bf16 | ElementType::F32 | ElementType::F64
+        )
+    }
+
+    /// A signed or unsigned integer type (not `pred`).
+    pub fn is_integer(self) -> bool {
+        !self.is_float() && self != ElementType::Pred
+    }
+
+    /// Whether the type is unsigned (`pred` counts as unsigned).
+    pub fn is_unsigned(self) -> bool {
+        matches!(
+            self,
+            ElementType::Pred | ElementType::U8 | ElementType::U32 | ElementType::U64
+        )
+    }
+
     /// Bytes per element on the host.
     pub fn byte_size(self) -> usize {
         match self {

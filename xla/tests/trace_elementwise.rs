@@ -9,18 +9,22 @@ use grpo_xla::ElementType;
 use grpo_xla::trace::Tensor;
 
 type HostFn = fn(f64) -> f64;
+/// A traced unary op.
+type UnaryOp = fn(&Tensor) -> grpo_xla::Result<Tensor>;
+/// A traced binary op.
+type BinaryOp = fn(&Tensor, &Tensor) -> grpo_xla::Result<Tensor>;
+/// (name, traced op, host op, input range).
+type UnaryCase = (&'static str, UnaryOp, HostFn, f64, f64);
+/// (traced op, host op, input range).
+type BinaryCase = (BinaryOp, fn(f64, f64) -> f64, (f64, f64));
+/// (traced op, host op on i32).
+type IntegerCase = (BinaryOp, fn(i32, i32) -> i64);
 
 #[test]
 fn unary_ops_match_host_math_and_finite_differences() {
     let client = cpu_client(1);
     let logistic: HostFn = |x| 1.0 / (1.0 + (-x).exp());
-    let cases: Vec<(
-        &str,
-        fn(&grpo_xla::trace::Tensor) -> grpo_xla::Result<grpo_xla::trace::Tensor>,
-        HostFn,
-        f64,
-        f64,
-    )> = vec![
+    let cases: Vec<UnaryCase> = vec![
         ("neg", |t| t.neg(), |x| -x, -1.0, 1.0),
         ("exp", |t| t.exp(), f64::exp, -1.0, 1.0),
         ("log", |t| t.log(), f64::ln, 0.5, 2.0),
@@ -70,8 +74,7 @@ fn unary_ops_match_host_math_and_finite_differences() {
 #[test]
 fn binary_ops_broadcast_like_numpy() {
     let client = cpu_client(1);
-    type Op = fn(&grpo_xla::trace::Tensor, &grpo_xla::trace::Tensor) -> grpo_xla::Result<grpo_xla::trace::Tensor>;
-    let cases: Vec<(Op, fn(f64, f64) -> f64, (f64, f64))> = vec![
+    let cases: Vec<BinaryCase> = vec![
         (|a, b| a.add(b), |x, y| x + y, (-1.0, 1.0)),
         (|a, b| a.sub(b), |x, y| x - y, (-1.0, 1.0)),
         (|a, b| a.mul(b), |x, y| x * y, (-1.0, 1.0)),
@@ -223,7 +226,7 @@ fn shape_ops_forward_and_gradients() {
 fn dynamic_slices_forward_and_gradients() {
     let client = cpu_client(1);
     let x = [Input::new(&[4, 5])];
-    let start = |p: &grpo_xla::trace::Tensor, v: i64| p.graph().constant(&[v as i32], &[]).unwrap().reshape(&[]);
+    let start = |p: &Tensor, v: i64| p.graph().constant(&[v as i32], &[]).unwrap().reshape(&[]);
     check_forward(
         &client,
         &x,
@@ -289,8 +292,7 @@ fn integer_bitwise_and_compare_ops_forward() {
     let client = cpu_client(1);
     let a: [i32; 6] = [5, -3, 12, 7, 0, -8];
     let b: [i32; 6] = [3, 3, 10, 7, 1, -8];
-    type TraceOp = fn(&Tensor, &Tensor) -> grpo_xla::Result<Tensor>;
-    let cases: [(TraceOp, fn(i32, i32) -> i64); 11] = [
+    let cases: [IntegerCase; 11] = [
         (|x, y| x.and(y), |x, y| i64::from(x & y)),
         (|x, y| x.or(y), |x, y| i64::from(x | y)),
         (|x, y| x.xor(y), |x, y| i64::from(x ^ y)),

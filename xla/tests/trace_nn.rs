@@ -101,3 +101,40 @@ fn rms_norm_silu_relu_and_mse() {
     );
     check_gradient(&client, &pair, |p| p[0].mse(&p[1]));
 }
+
+#[test]
+fn gathered_log_probs_and_cross_entropy() {
+    let client = cpu_client(1);
+    let ids: [i32; 6] = [4, 0, 2, 2, 1, 3];
+    let logits = [Input::range(&[2, 3, 5], -3.0, 3.0)];
+    let ids_of = |p: &Tensor| p.graph().constant(&ids, &[2, 3]);
+    let host_log_probs = |v: &[Vec<f64>]| -> Vec<f64> {
+        host_softmax(&v[0], 5)
+            .chunks(5)
+            .zip(ids)
+            .map(|(row, id)| row[id as usize].ln())
+            .collect()
+    };
+    check_forward(
+        &client,
+        &logits,
+        |p| p[0].gathered_log_probs(&ids_of(&p[0])?),
+        host_log_probs,
+        1e-12,
+    );
+    check_forward(
+        &client,
+        &logits,
+        |p| p[0].cross_entropy(&ids_of(&p[0])?),
+        |v| vec![-host_log_probs(v).iter().sum::<f64>() / 6.0],
+        1e-12,
+    );
+    check_gradient(&client, &logits, |p| p[0].gathered_log_probs(&ids_of(&p[0])?));
+    check_gradient(&client, &logits, |p| p[0].cross_entropy(&ids_of(&p[0])?));
+
+    let graph = grpo_xla::trace::Graph::new("bad");
+    let x = graph.parameter(grpo_xla::ElementType::F32, &[2, 3, 5]).unwrap();
+    let wrong = graph.constant(&[0i32; 3], &[3]).unwrap();
+    let error = x.gathered_log_probs(&wrong).unwrap_err().to_string();
+    assert!(error.starts_with("gathered_log_probs"), "{error}");
+}

@@ -8,18 +8,12 @@
 use std::collections::HashMap;
 
 use super::graph::{Tensor, ValueId};
-use super::op::VjpArgs;
-use crate::dtype::ElementType;
+use super::op::{Op, VjpArgs};
 use crate::error::{Error, Result};
 
 /// Gradients of the scalar float `loss` with respect to each of `wrt`.
 pub fn grad(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
-    if loss.rank() != 0
-        || !matches!(
-            loss.dtype(),
-            ElementType::F16 | ElementType::Bf16 | ElementType::F32 | ElementType::F64
-        )
-    {
+    if loss.rank() != 0 || !loss.dtype().is_float() {
         return Err(Error::Trace {
             op: "grad",
             message: format!("the loss must be a float scalar, got {}", loss.tensor_type()),
@@ -37,8 +31,9 @@ pub fn grad(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
     for id in &sources {
         depends[id.node] = true;
     }
+    // `stop_gradient` cuts the path, so ops beyond it need no gradient rule.
     for (index, node) in nodes.iter().enumerate() {
-        if node.inputs.iter().any(|input| depends[input.node]) {
+        if !matches!(node.op, Op::StopGradient(_)) && node.inputs.iter().any(|input| depends[input.node]) {
             depends[index] = true;
         }
     }

@@ -47,7 +47,7 @@ impl Function {
                 "parameter {parameter} is {p}, output {output} is {o}: types must match"
             ));
         }
-        if self.donations.iter().any(|d| *d == Some(output)) {
+        if self.donations.contains(&Some(output)) {
             return fail(format!("output {output} already receives a donated parameter"));
         }
         self.donations[parameter] = Some(output);

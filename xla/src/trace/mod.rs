@@ -29,5 +29,7 @@ mod train;
 pub use autodiff::{grad, value_and_grad};
 pub use function::Function;
 pub use graph::{Graph, Tensor};
+pub use ops::control::{fori_loop, rng_bit_generator, uniform, while_loop};
+pub use ops::gather::{GatherDims, ScatterDims};
 pub use optim::{AdamW, AdamWState, Optimizer, Sgd, clip_by_global_norm, global_norm};
 pub use train::{AccumulatingTrainStep, StepMetrics, TrainState, TrainStep, TrainStepSpec};

@@ -60,6 +60,37 @@ impl Tensor {
         self.mul(&mean_square.add_scalar(eps)?.rsqrt()?)?.mul(weight)
     }
 
+    /// Log-probabilities of integer `ids` under these logits over the last
+    /// axis (the vocabulary): logits `[.., V]`, ids `[..]` → `[..]`, computed
+    /// as `logit[id] − logsumexp(logits)` without a full log-softmax.
+    pub fn gathered_log_probs(&self, ids: &Tensor) -> Result<Tensor> {
+        let last = self.rank().checked_sub(1).filter(|&l| ids.dims() == &self.dims()[..l]);
+        let Some(last) = last else {
+            return Err(Error::Trace {
+                op: "gathered_log_probs",
+                message: format!(
+                    "ids {} must have the logits' shape {} without its last axis",
+                    ids.tensor_type(),
+                    self.tensor_type()
+                ),
+            });
+        };
+        let mut column = ids.dims().to_vec();
+        column.push(1);
+        let picked = self
+            .take_along_axis(&ids.reshape(&column)?, last)?
+            .reshape(ids.dims())?;
+        picked.sub(&self.logsumexp(last)?)
+    }
+
+    /// Mean cross-entropy of integer `labels` under these logits (last axis
+    /// the classes), as a scalar.
+    pub fn cross_entropy(&self, labels: &Tensor) -> Result<Tensor> {
+        let log_probs = self.gathered_log_probs(labels)?;
+        let count = log_probs.tensor_type().element_count().max(1) as f64;
+        log_probs.sum_all()?.mul_scalar(-1.0 / count)
+    }
+
     /// Mean squared error against `target` of the same shape, as a scalar.
     pub fn mse(&self, target: &Tensor) -> Result<Tensor> {
         let count = self.tensor_type().element_count().max(1) as f64;

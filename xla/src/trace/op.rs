@@ -9,9 +9,11 @@
 use super::emit::EmitCtx;
 use super::graph::Tensor;
 use super::ops::constant::{Constant, Iota};
+use super::ops::control::{RngBitGenerator, Sort, StopGradient, While};
 use super::ops::dot::DotGeneral;
 use super::ops::elementwise::{Binary, Compare, Convert, Select, Unary};
-use super::ops::reduce::Reduce;
+use super::ops::gather::{Gather, ScatterAdd};
+use super::ops::reduce::{ArgMax, CumSum, Reduce};
 use super::ops::shape::{
     BroadcastInDim, Concatenate, DynamicSlice, DynamicUpdateSlice, Pad, Reshape, Reverse, Slice, Transpose,
 };
@@ -39,7 +41,15 @@ pub(crate) enum Op {
     Pad(Pad),
     Reverse(Reverse),
     Reduce(Reduce),
+    ArgMax(ArgMax),
+    CumSum(CumSum),
     DotGeneral(DotGeneral),
+    Sort(Sort),
+    While(While),
+    RngBitGenerator(RngBitGenerator),
+    StopGradient(StopGradient),
+    Gather(Gather),
+    ScatterAdd(ScatterAdd),
 }
 
 /// The inputs, outputs and output cotangents of a node, for its VJP.
@@ -98,7 +108,15 @@ impl Op {
             Op::Pad(r) => r,
             Op::Reverse(r) => r,
             Op::Reduce(r) => r,
+            Op::ArgMax(r) => r,
+            Op::CumSum(r) => r,
             Op::DotGeneral(r) => r,
+            Op::Sort(r) => r,
+            Op::While(r) => r,
+            Op::RngBitGenerator(r) => r,
+            Op::StopGradient(r) => r,
+            Op::Gather(r) => r,
+            Op::ScatterAdd(r) => r,
         })
     }
 

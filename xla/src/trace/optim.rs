@@ -70,7 +70,7 @@ pub struct AdamWState<T> {
 impl<T: Clone> AdamWState<T> {
     /// Splits a flat state list of `2n + 1` tensors.
     pub fn from_flat(state: &[T]) -> Result<AdamWState<T>> {
-        if state.is_empty() || state.len() % 2 == 0 {
+        if state.len().is_multiple_of(2) {
             return Err(Error::Trace {
                 op: "adamw",
                 message: format!("a state of {} tensors is not [step, m…, v…]", state.len()),

@@ -52,6 +52,9 @@ pub struct TrainStep {
     params: usize,
 }
 
+/// A loss function over (params, batch) returning a scalar.
+type LossFn<'a> = &'a dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor>;
+
 /// The traced pieces shared by the step programs.
 struct Traced {
     graph: Graph,
@@ -65,7 +68,7 @@ struct Traced {
 fn trace_loss(
     name: &str,
     spec: &TrainStepSpec<'_>,
-    loss_fn: &dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
+    loss_fn: LossFn<'_>,
     before_batch: impl FnOnce(&Graph) -> Result<()>,
 ) -> Result<Traced> {
     let graph = Graph::new(name);

@@ -68,17 +68,6 @@ pub(crate) struct Convert {
     pub bitcast: bool,
 }
 
-fn is_float(dtype: ElementType) -> bool {
-    matches!(
-        dtype,
-        ElementType::F16 | ElementType::Bf16 | ElementType::F32 | ElementType::F64
-    )
-}
-
-fn is_integer(dtype: ElementType) -> bool {
-    !is_float(dtype) && dtype != ElementType::Pred
-}
-
 /// The numpy broadcast of two shapes (aligned at the last dimension).
 pub(crate) fn broadcast_shapes(a: &[i64], b: &[i64], op: &'static str) -> Result<Vec<i64>> {
     let rank = a.len().max(b.len());
@@ -145,9 +134,9 @@ impl Unary {
     /// `not` on integers and `pred`.
     fn infer(self, x: &TensorType) -> Result<TensorType> {
         let ok = match self {
-            Unary::Neg | Unary::Abs | Unary::Sign => is_float(x.dtype) || is_integer(x.dtype),
-            Unary::Not => !is_float(x.dtype),
-            _ => is_float(x.dtype),
+            Unary::Neg | Unary::Abs | Unary::Sign => x.dtype != ElementType::Pred,
+            Unary::Not => !x.dtype.is_float(),
+            _ => x.dtype.is_float(),
         };
         if ok {
             Ok(x.clone())
@@ -205,8 +194,8 @@ impl Binary {
             return Err(fail("operands have different dtypes; convert one first"));
         }
         let ok = match self {
-            Binary::And | Binary::Or | Binary::Xor => !is_float(a.dtype),
-            Binary::ShiftLeft | Binary::ShiftRightLogical => is_integer(a.dtype),
+            Binary::And | Binary::Or | Binary::Xor => !a.dtype.is_float(),
+            Binary::ShiftLeft | Binary::ShiftRightLogical => a.dtype.is_integer(),
             _ => a.dtype != ElementType::Pred,
         };
         if !ok {
@@ -511,7 +500,7 @@ impl Rule for Binary {
 
     fn vjp(&self, args: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
         let (x, y, z, g) = (&args.inputs[0], &args.inputs[1], &args.outputs[0], args.cotangent(0)?);
-        if !is_float(x.dtype()) {
+        if !x.dtype().is_float() {
             return Ok(vec![None, None]);
         }
         let (dx, dy) = match self {
@@ -551,12 +540,9 @@ impl Rule for Compare {
 
     fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
         let dtype = ctx.operand_types[0].dtype;
-        let kind = if is_float(dtype) {
+        let kind = if dtype.is_float() {
             "FLOAT"
-        } else if matches!(
-            dtype,
-            ElementType::U8 | ElementType::U32 | ElementType::U64 | ElementType::Pred
-        ) {
+        } else if dtype.is_unsigned() {
             "UNSIGNED"
         } else {
             "SIGNED"
@@ -612,7 +598,7 @@ impl Rule for Convert {
     /// Float-to-float conversions pass the cotangent back in the input's dtype.
     fn vjp(&self, args: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
         let x = &args.inputs[0];
-        if self.bitcast || !is_float(x.dtype()) || !is_float(self.to) {
+        if self.bitcast || !x.dtype().is_float() || !self.to.is_float() {
             return Ok(vec![None]);
         }
         Ok(vec![Some(args.cotangent(0)?.convert(x.dtype())?)])

@@ -1,10 +1,10 @@
 //! Reductions over dimensions: sum, max, min (and their means and
-//! keep-dims forms).
+//! keep-dims forms); argmax and argmin along one axis; cumulative sums.
 
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
-use crate::trace::emit::{EmitCtx, i64_array};
-use crate::trace::graph::Tensor;
+use crate::trace::emit::{EmitCtx, Emitter, i64_array, i64_list};
+use crate::trace::graph::{Graph, Tensor};
 use crate::trace::op::{Op, Rule, VjpArgs};
 
 /// How elements are combined.
@@ -180,6 +180,169 @@ impl Rule for Reduce {
                 mask.mul(&g_full)?.div(&count)?
             }
         };
+        Ok(vec![Some(dx), None])
+    }
+}
+
+/// The index of the largest (or smallest) element along `axis`: a variadic
+/// reduce of operand 0 (the values) with operand 1 (their positions along
+/// `axis`) from operands 2 and 3 (the initial value and index). Output 0 is
+/// the extreme value, output 1 its index; only the index is handed out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ArgMax {
+    pub axis: usize,
+    /// Argmin instead of argmax.
+    pub smallest: bool,
+}
+
+/// Cumulative sum of operand 0 along `axis` (from the end when `reverse`),
+/// as a window sum from operand 1 (zero).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct CumSum {
+    pub axis: usize,
+    pub reverse: bool,
+}
+
+impl ArgMax {
+    fn name(&self) -> &'static str {
+        if self.smallest { "argmin" } else { "argmax" }
+    }
+
+    /// The reducer of `(value, index)` pairs: it keeps the better value, NaN
+    /// beating every number, and on ties the lower index. This is a total
+    /// order, so the result does not depend on XLA's reduction order.
+    fn region(&self, e: &mut Emitter, value: ElementType, index: ElementType) -> Result<String> {
+        let g = Graph::new(self.name());
+        let (a, a_index) = (g.parameter(value, &[])?, g.parameter(index, &[])?);
+        let (b, b_index) = (g.parameter(value, &[])?, g.parameter(index, &[])?);
+        let (a_nan, b_nan) = (a.ne(&a)?, b.ne(&b)?);
+        let beats = if self.smallest { a.lt(&b)? } else { a.gt(&b)? };
+        let a_better = beats.or(&a_nan.and(&b_nan.not()?)?)?;
+        let tie = a.eq(&b)?.or(&a_nan.and(&b_nan)?)?;
+        let keep_a = a_better.or(&tie.and(&a_index.lt(&b_index)?)?)?;
+        let outputs = [keep_a.select(&a, &b)?.id, keep_a.select(&a_index, &b_index)?.id];
+        let data = g.data.borrow();
+        e.region(&data.nodes, &data.parameters, &outputs)
+    }
+}
+
+impl Tensor {
+    fn arg_extreme(&self, axis: usize, dtype: ElementType, smallest: bool) -> Result<Tensor> {
+        let op = ArgMax { axis, smallest };
+        let name = op.name();
+        let values = reduced_type(&self.ty, &[axis], name)?;
+        if !dtype.is_integer() || self.dims()[axis] == 0 {
+            return Err(Error::Trace {
+                op: name,
+                message: format!(
+                    "needs an integer index dtype and a non-empty axis, got {dtype} along axis {axis} of {}",
+                    self.ty
+                ),
+            });
+        }
+        let indices = TensorType::new(dtype, values.dims.clone());
+        let kind = if smallest { ReduceKind::Min } else { ReduceKind::Max };
+        let positions = self.graph.iota(dtype, self.dims(), axis)?;
+        let init = self.scalar_like(kind.identity(self.dtype()))?;
+        // Index 0 wins a tie with the initial value only when every element
+        // equals it, and then the first index, 0, is the answer.
+        let init_index = self.graph.scalar(0.0, dtype)?;
+        let mut outputs = self.graph.apply_multi(
+            Op::ArgMax(op),
+            &[self, &positions, &init, &init_index],
+            vec![values, indices],
+        )?;
+        Ok(outputs.remove(1))
+    }
+
+    /// Index of the largest element along `axis` (removed from the shape),
+    /// as integers of `dtype`. Ties go to the first index; NaN counts as
+    /// larger than any number, so the first NaN wins (as in `numpy.argmax`).
+    pub fn argmax(&self, axis: usize, dtype: ElementType) -> Result<Tensor> {
+        self.arg_extreme(axis, dtype, false)
+    }
+
+    /// Index of the smallest element along `axis` (removed from the shape),
+    /// as integers of `dtype`. Ties go to the first index; NaN counts as
+    /// smaller than any number, so the first NaN wins (as in `numpy.argmin`).
+    pub fn argmin(&self, axis: usize, dtype: ElementType) -> Result<Tensor> {
+        self.arg_extreme(axis, dtype, true)
+    }
+
+    /// Cumulative sum along `axis`: element `i` sums elements `0..=i`, or
+    /// `i..` when `reverse`.
+    pub fn cumsum(&self, axis: usize, reverse: bool) -> Result<Tensor> {
+        if axis >= self.rank() {
+            return Err(Error::Trace {
+                op: "cumsum",
+                message: format!("axis {axis} is out of range for {}", self.ty),
+            });
+        }
+        if self.dims()[axis] <= 1 {
+            return Ok(self.clone());
+        }
+        let zero = self.scalar_like(0.0)?;
+        self.graph
+            .apply(Op::CumSum(CumSum { axis, reverse }), &[self, &zero], self.ty.clone())
+    }
+}
+
+impl Rule for ArgMax {
+    fn name(&self) -> &'static str {
+        ArgMax::name(self)
+    }
+
+    fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
+        let (value, index) = (ctx.operand_types[0].dtype, ctx.operand_types[1].dtype);
+        let region = self.region(ctx.e, value, index)?;
+        ctx.generic(
+            "stablehlo.reduce",
+            &format!("dimensions = {}", i64_array(&[self.axis as i64])),
+            &[region],
+        );
+        Ok(())
+    }
+
+    /// Indices are integers: no gradient flows back.
+    fn vjp(&self, _: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
+        Ok(vec![None; 4])
+    }
+}
+
+impl Rule for CumSum {
+    fn name(&self) -> &'static str {
+        "cumsum"
+    }
+
+    /// A window as long as the axis, padded before it (after it when
+    /// reversed) so that window `i` ends (starts) at element `i`.
+    fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
+        let ty = &ctx.operand_types[0];
+        let (rank, n) = (ty.dims.len(), ty.dims[self.axis]);
+        let mut window = vec![1; rank];
+        window[self.axis] = n;
+        let padding: Vec<String> = (0..rank)
+            .map(|i| match (i == self.axis, self.reverse) {
+                (false, _) => i64_list(&[0, 0]),
+                (true, false) => i64_list(&[n - 1, 0]),
+                (true, true) => i64_list(&[0, n - 1]),
+            })
+            .collect();
+        let attributes = format!(
+            "padding = dense<[{}]> : tensor<{rank}x2xi64>, window_dimensions = {}, window_strides = {}",
+            padding.join(", "),
+            i64_array(&window),
+            i64_array(&vec![1; rank])
+        );
+        let region = ctx.e.reducer_region("stablehlo.add", ty.dtype);
+        ctx.generic("stablehlo.reduce_window", &attributes, &[region]);
+        Ok(())
+    }
+
+    /// Each element feeds every later (earlier) sum: the cotangent summed
+    /// in the opposite direction.
+    fn vjp(&self, args: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
+        let dx = args.cotangent(0)?.cumsum(self.axis, !self.reverse)?;
         Ok(vec![Some(dx), None])
     }
 }

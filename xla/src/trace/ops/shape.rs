@@ -3,7 +3,7 @@
 //! Their VJPs are their transposes: reductions, inverse permutations, pads
 //! and slices.
 
-use crate::dtype::{ElementType, TensorType, element_count};
+use crate::dtype::{TensorType, element_count};
 use crate::error::{Error, Result};
 use crate::trace::emit::{EmitCtx, i64_array};
 use crate::trace::graph::Tensor;
@@ -73,16 +73,7 @@ fn is_permutation(perm: &[usize], rank: usize) -> bool {
 }
 
 fn is_integer_scalar(t: &Tensor) -> bool {
-    t.rank() == 0
-        && matches!(
-            t.dtype(),
-            ElementType::S32
-                | ElementType::S64
-                | ElementType::U32
-                | ElementType::U64
-                | ElementType::S8
-                | ElementType::U8
-        )
+    t.rank() == 0 && t.dtype().is_integer()
 }
 
 impl Tensor {

@@ -244,6 +244,14 @@ impl fmt::Display for ErrorCode {
 }
 
 impl Error {
+    /// An [`Error::Trace`] for `op`.
+    pub(crate) fn trace(op: &'static str, message: impl Into<String>) -> Self {
+        Error::Trace {
+            op,
+            message: message.into(),
+        }
+    }
+
     /// A plugin answer grpo cannot use (a null handle, an unknown device).
     pub(crate) fn unexpected(function: &'static str, message: &str) -> Self {
         Error::Pjrt {

@@ -58,10 +58,6 @@ impl Hash for While {
     }
 }
 
-fn trace_error(op: &'static str, message: String) -> Error {
-    Error::Trace { op, message }
-}
-
 fn type_list<'a>(types: impl IntoIterator<Item = &'a TensorType>) -> String {
     types
         .into_iter()
@@ -81,7 +77,7 @@ fn check_results(op: &'static str, what: &str, got: &[Tensor], want: &[TensorTyp
         Some(i) if got_types.len() == want.len() => format!("output {i} is {}, not {}", got_types[i], want[i]),
         _ => format!("{} values instead of {}", got_types.len(), want.len()),
     };
-    Err(trace_error(
+    Err(Error::trace(
         op,
         format!(
             "{what} must return ({}) but returned ({}): {detail}",
@@ -109,7 +105,7 @@ fn trace_body(
     let outputs = f(&arguments)?;
     for (i, output) in outputs.iter().enumerate() {
         if !Rc::ptr_eq(&graph.data, &output.graph.data) {
-            return Err(trace_error(
+            return Err(Error::trace(
                 op,
                 format!(
                     "output {i} of `{name}` is a tensor of graph `{}`; a region can only return values computed \
@@ -122,7 +118,7 @@ fn trace_body(
     check_results(op, &format!("`{name}`"), &outputs, results)?;
     let mut data = graph.data.borrow_mut();
     if data.parameters.len() != parameters.len() {
-        return Err(trace_error(
+        return Err(Error::trace(
             op,
             format!(
                 "`{name}` added parameters of its own; its parameters are fixed ({})",
@@ -160,7 +156,7 @@ impl Tensor {
     /// permutation.
     pub fn sort(&self, axis: usize, descending: bool) -> Result<(Tensor, Tensor)> {
         if axis >= self.rank() || self.dims()[axis] > i64::from(i32::MAX) {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "sort",
                 format!(
                     "axis {axis} is out of range for {} (or too long for s32 indices)",
@@ -269,7 +265,7 @@ pub fn while_loop(
 ) -> Result<Vec<Tensor>> {
     let first = init
         .first()
-        .ok_or_else(|| trace_error("while", "needs at least one carried value".to_string()))?;
+        .ok_or_else(|| Error::trace("while", "needs at least one carried value".to_string()))?;
     for t in init {
         first.same_graph(t, "while")?;
     }
@@ -294,7 +290,7 @@ pub fn fori_loop(
     init: &[&Tensor],
     body: impl FnOnce(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Vec<Tensor>> {
-    let fail = |message: String| Err(trace_error("fori_loop", message));
+    let fail = |message: String| Err(Error::trace("fori_loop", message));
     if !(0..=i64::from(i32::MAX)).contains(&count) {
         return fail(format!("count {count} must be in 0..=2^31-1 (the counter is s32)"));
     }
@@ -326,7 +322,7 @@ pub fn fori_loop(
 pub fn rng_bit_generator(state: &Tensor, dims: &[i64]) -> Result<(Tensor, Tensor)> {
     let state_type = TensorType::new(ElementType::U64, [2]);
     if *state.tensor_type() != state_type || dims.iter().any(|&d| d < 0) {
-        return Err(trace_error(
+        return Err(Error::trace(
             "rng_bit_generator",
             format!(
                 "needs a {state_type} state and non-negative dims, got {} and {dims:?}",
@@ -353,7 +349,7 @@ pub fn uniform(state: &Tensor, dims: &[i64], dtype: ElementType) -> Result<(Tens
         ElementType::Bf16 => Some(1.0 - 2f64.powi(-8)),
         ElementType::F32 | ElementType::F64 => None,
         other => {
-            return Err(trace_error("uniform", format!("needs a float dtype, got {other}")));
+            return Err(Error::trace("uniform", format!("needs a float dtype, got {other}")));
         }
     };
     let (next, bits) = rng_bit_generator(state, dims)?;

@@ -63,10 +63,6 @@ pub(crate) struct Reverse {
     pub dimensions: Vec<usize>,
 }
 
-fn trace_error(op: &'static str, message: String) -> Error {
-    Error::Trace { op, message }
-}
-
 fn is_permutation(perm: &[usize], rank: usize) -> bool {
     let mut seen = vec![false; rank];
     perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true))
@@ -87,7 +83,7 @@ impl Tensor {
                 .all(|(&d, &size)| d < dims.len() && (size == dims[d] || size == 1))
             && dimensions.windows(2).all(|w| w[0] < w[1]);
         if !ok {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "broadcast_in_dim",
                 format!("cannot map {} onto {dims:?} with dimensions {dimensions:?}", self.ty),
             ));
@@ -107,7 +103,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         if self.rank() > dims.len() {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "broadcast",
                 format!("cannot broadcast {} to the lower rank {dims:?}", self.ty),
             ));
@@ -120,7 +116,7 @@ impl Tensor {
     /// The same elements with `dims` (same element count).
     pub fn reshape(&self, dims: &[i64]) -> Result<Tensor> {
         if dims.iter().any(|&d| d < 0) || element_count(dims) != self.ty.element_count() {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "reshape",
                 format!("cannot reshape {} to {dims:?}", self.ty),
             ));
@@ -135,7 +131,7 @@ impl Tensor {
     /// Permutes dimensions: output dimension `i` is input dimension `permutation[i]`.
     pub fn transpose(&self, permutation: &[usize]) -> Result<Tensor> {
         if !is_permutation(permutation, self.rank()) {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "transpose",
                 format!("{permutation:?} is not a permutation of the dimensions of {}", self.ty),
             ));
@@ -154,7 +150,7 @@ impl Tensor {
     pub fn t(&self) -> Result<Tensor> {
         let rank = self.rank();
         if rank < 2 {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "transpose",
                 format!("{} has fewer than 2 dimensions", self.ty),
             ));
@@ -172,7 +168,7 @@ impl Tensor {
             && strides.len() == rank
             && (0..rank).all(|i| 0 <= start[i] && start[i] <= limit[i] && limit[i] <= self.dims()[i] && strides[i] > 0);
         if !ok {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "slice",
                 format!("{start:?}..{limit:?} by {strides:?} is not inside {}", self.ty),
             ));
@@ -191,7 +187,7 @@ impl Tensor {
     /// `start..end` along `axis`, everything along the others.
     pub fn slice_axis(&self, axis: usize, start: i64, end: i64) -> Result<Tensor> {
         if axis >= self.rank() {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "slice",
                 format!("axis {axis} is out of range for {}", self.ty),
             ));
@@ -210,7 +206,7 @@ impl Tensor {
             && starts.iter().all(|s| is_integer_scalar(s))
             && (0..self.rank()).all(|i| 0 <= sizes[i] && sizes[i] <= self.dims()[i]);
         if !ok {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "dynamic_slice",
                 format!(
                     "needs one integer scalar start per dimension and sizes within {}, got sizes {sizes:?}",
@@ -232,7 +228,7 @@ impl Tensor {
             && starts.iter().all(|s| is_integer_scalar(s))
             && (0..self.rank()).all(|i| update.dims()[i] <= self.dims()[i]);
         if !ok {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "dynamic_update_slice",
                 format!(
                     "cannot write {} into {} with {} start indices",
@@ -252,7 +248,7 @@ impl Tensor {
     pub fn concatenate(tensors: &[&Tensor], axis: usize) -> Result<Tensor> {
         let first = tensors
             .first()
-            .ok_or_else(|| trace_error("concatenate", "needs at least one tensor".to_string()))?;
+            .ok_or_else(|| Error::trace("concatenate", "needs at least one tensor".to_string()))?;
         let ok = axis < first.rank()
             && tensors.iter().all(|t| {
                 t.dtype() == first.dtype()
@@ -261,7 +257,7 @@ impl Tensor {
             });
         if !ok {
             let types: Vec<String> = tensors.iter().map(|t| t.ty.to_string()).collect();
-            return Err(trace_error(
+            return Err(Error::trace(
                 "concatenate",
                 format!("cannot join {} along axis {axis}", types.join(", ")),
             ));
@@ -289,7 +285,7 @@ impl Tensor {
             && interior.len() == rank
             && (0..rank).all(|i| low[i] >= 0 && high[i] >= 0 && interior[i] >= 0);
         if !ok {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "pad",
                 format!(
                     "low {low:?}, high {high:?}, interior {interior:?} do not fit {} (value {})",
@@ -315,7 +311,7 @@ impl Tensor {
     /// Reverses the order of elements along `dimensions`.
     pub fn reverse(&self, dimensions: &[usize]) -> Result<Tensor> {
         if dimensions.iter().any(|&d| d >= self.rank()) {
-            return Err(trace_error(
+            return Err(Error::trace(
                 "reverse",
                 format!("dimensions {dimensions:?} are out of range for {}", self.ty),
             ));

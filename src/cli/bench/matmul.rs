@@ -7,7 +7,7 @@ use grpo_xla::{Buffer, Client, CompileOptions, ElementType, programs};
 use half::{bf16, f16};
 use rand::Rng;
 
-use super::timing::Timings;
+use super::timing::{TimingArgs, Timings};
 use crate::cli::platform::PlatformArgs;
 
 /// Arguments of `grpo bench matmul`.
@@ -21,15 +21,8 @@ pub struct MatmulArgs {
     /// Element types: any of f32, bf16, f16, f64.
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16", value_parser = parse_dtype)]
     dtypes: Vec<ElementType>,
-    /// Timed runs per case; the median is reported.
-    #[arg(long, default_value_t = 7)]
-    runs: usize,
-    /// Untimed runs before timing.
-    #[arg(long, default_value_t = 2)]
-    warmup: usize,
-    /// Print one JSON line per case instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    timing: TimingArgs,
 }
 
 fn parse_dtype(name: &str) -> Result<ElementType, String> {
@@ -49,12 +42,12 @@ pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
     }
     let client = args.platform.client()?;
     let device_kind = client.devices().first().map_or("?", |d| d.kind());
-    if !args.json {
+    if !args.timing.json {
         println!(
             "matmul on {} ({device_kind}), {} timed runs after {} warm-up, median and best",
             client.platform_name(),
-            args.runs,
-            args.warmup
+            args.timing.runs,
+            args.timing.warmup
         );
         println!(
             "{:<6} {:>6} {:>12} {:>12} {:>14} {:>12}",
@@ -67,7 +60,7 @@ pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
             let flops = 2.0 * (n as f64).powi(3);
             let rate = |d: std::time::Duration| flops / d.as_secs_f64() / 1e9;
             let (median, best) = (timings.median().as_secs_f64() * 1e3, timings.best().as_secs_f64() * 1e3);
-            if args.json {
+            if args.timing.json {
                 println!(
                     "{{\"dtype\": \"{dtype}\", \"n\": {n}, \"median_ms\": {median:.4}, \"best_ms\": {best:.4}, \"gflops\": {:.1}}}",
                     rate(timings.median())
@@ -82,7 +75,7 @@ pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if !args.json {
+    if !args.timing.json {
         let stats = client.compile_stats();
         println!(
             "programs: {} compiled, {} loaded from the disk cache",
@@ -96,7 +89,7 @@ fn time_matmul(client: &Client, dtype: ElementType, n: usize, args: &MatmulArgs)
     let executable = client.compile(&programs::matmul(n, n, n, dtype), &CompileOptions::default())?;
     let a = random_matrix(client, dtype, n)?;
     let b = random_matrix(client, dtype, n)?;
-    Timings::measure(args.warmup, args.runs, || {
+    args.timing.measure(|| {
         let out = executable.execute(&[&a, &b])?;
         out[0].block_until_ready()?;
         Ok(())

@@ -3,6 +3,27 @@
 
 use std::time::{Duration, Instant};
 
+/// How many runs to time, and how to print them; shared by every benchmark.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimingArgs {
+    /// Timed runs per case; the median is reported.
+    #[arg(long, default_value_t = 7)]
+    pub runs: usize,
+    /// Untimed runs before timing.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Print JSON lines (one per case) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl TimingArgs {
+    /// Times `op` with these counts.
+    pub fn measure(&self, op: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Timings> {
+        Timings::measure(self.warmup, self.runs, op)
+    }
+}
+
 /// Durations of the measured runs.
 #[derive(Debug, Clone)]
 pub struct Timings {

@@ -12,7 +12,7 @@ use grpo_xla::trace::{AdamW, Tensor, TrainStep, TrainStepSpec};
 use grpo_xla::{Buffer, Client, ElementType, Result, TensorType};
 use rand::Rng;
 
-use super::timing::Timings;
+use super::timing::TimingArgs;
 use crate::cli::platform::PlatformArgs;
 
 /// Arguments of `grpo bench train-step`.
@@ -23,15 +23,8 @@ pub struct TrainStepArgs {
     /// Model: `mlp` or `block`.
     #[arg(long, default_value = "mlp")]
     model: String,
-    /// Timed steps; the median is reported.
-    #[arg(long, default_value_t = 7)]
-    runs: usize,
-    /// Untimed steps before timing.
-    #[arg(long, default_value_t = 2)]
-    warmup: usize,
-    /// Print one JSON line instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    timing: TimingArgs,
 }
 
 const BATCH: i64 = 8;
@@ -142,22 +135,22 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
         .map(|d| random_buffer(&client, d, 1.0))
         .collect::<Result<_>>()?;
     let batch_refs: Vec<&Buffer> = batch.iter().collect();
-    let timings = Timings::measure(args.warmup, args.runs, || {
+    let timings = args.timing.measure(|| {
         step.step(&mut state, &batch_refs, 1e-3)?;
         Ok(())
     })?;
     let (median, best) = (timings.median().as_secs_f64() * 1e3, timings.best().as_secs_f64() * 1e3);
-    if args.json {
+    if args.timing.json {
         println!(
             "{{\"impl\": \"grpo\", \"model\": \"{}\", \"median_ms\": {median:.3}, \"best_ms\": {best:.3}, \"runs\": {}}}",
-            args.model, args.runs
+            args.model, args.timing.runs
         );
     } else {
         println!(
             "{} train step on {}: median {median:.1} ms, best {best:.1} ms over {} runs",
             args.model,
             client.platform_name(),
-            args.runs
+            args.timing.runs
         );
     }
     Ok(())

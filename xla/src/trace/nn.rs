@@ -16,23 +16,26 @@ impl Tensor {
     }
 
     /// `log Σ exp(x)` over `axis` (removed), computed as `m + log Σ exp(x - m)`
-    /// with `m` the maximum, so large logits do not overflow.
+    /// with `m` the maximum, so large logits do not overflow. The shift `m`
+    /// cancels in the gradient, so it is a constant for autodiff (as in JAX),
+    /// which spares the backward pass a max-reduction's mask.
     pub fn logsumexp(&self, axis: usize) -> Result<Tensor> {
-        let m = self.max_keepdims(&[axis])?;
+        let m = self.max_keepdims(&[axis])?.stop_gradient()?;
         let shifted = self.sub(&m)?.exp()?.sum(&[axis])?.log()?;
         shifted.add(&m.reshape(&without(self.dims(), axis))?)
     }
 
-    /// `x - logsumexp(x)` over `axis` (kept).
+    /// `x - logsumexp(x)` over `axis` (kept); the max shift is constant for autodiff.
     pub fn log_softmax(&self, axis: usize) -> Result<Tensor> {
-        let m = self.max_keepdims(&[axis])?;
+        let m = self.max_keepdims(&[axis])?.stop_gradient()?;
         let shifted = self.sub(&m)?;
         shifted.sub(&shifted.exp()?.sum_keepdims(&[axis])?.log()?)
     }
 
-    /// `exp(x) / Σ exp(x)` over `axis`, stable for large logits.
+    /// `exp(x) / Σ exp(x)` over `axis`, stable for large logits; the max
+    /// shift is constant for autodiff.
     pub fn softmax(&self, axis: usize) -> Result<Tensor> {
-        let e = self.sub(&self.max_keepdims(&[axis])?)?.exp()?;
+        let e = self.sub(&self.max_keepdims(&[axis])?.stop_gradient()?)?.exp()?;
         e.div(&e.sum_keepdims(&[axis])?)
     }
 

@@ -39,6 +39,9 @@ const RMS_EPS: f64 = 1e-5;
 /// A benchmark model: parameter shapes, batch shapes and the loss.
 struct Model {
     params: Vec<Vec<i64>>,
+    /// The value of every rank-1 parameter at the start (biases 0, norm weights 1);
+    /// matrices start normal(0, 0.02), as in `bench/train_step_torch.py`.
+    vector_init: f32,
     batch: Vec<Vec<i64>>,
     loss: fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
 }
@@ -52,6 +55,7 @@ fn mlp() -> Model {
             vec![MLP_HIDDEN, D_MODEL],
             vec![D_MODEL],
         ],
+        vector_init: 0.0,
         batch: vec![vec![rows, D_MODEL], vec![rows, D_MODEL]],
         loss: |p, b| {
             let hidden = b[0].matmul(&p[0])?.add(&p[1])?.silu()?;
@@ -74,6 +78,7 @@ fn block() -> Model {
             vec![D_MODEL, FFN_HIDDEN],
             vec![FFN_HIDDEN, D_MODEL],
         ],
+        vector_init: 1.0,
         batch: vec![vec![BATCH, SEQ, D_MODEL], vec![BATCH, SEQ, D_MODEL]],
         loss: |p, b| {
             let x = &b[0];
@@ -126,13 +131,16 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
     let params = model
         .params
         .iter()
-        .map(|d| random_buffer(&client, d, 0.035))
+        .map(|d| match d.len() {
+            1 => client.buffer_from_host(&vec![model.vector_init; d[0] as usize], d, client.device(0)?),
+            _ => normal_buffer(&client, d, 0.02),
+        })
         .collect::<Result<_>>()?;
     let mut state = step.init_state(params)?;
     let batch: Vec<Buffer> = model
         .batch
         .iter()
-        .map(|d| random_buffer(&client, d, 1.0))
+        .map(|d| normal_buffer(&client, d, 1.0))
         .collect::<Result<_>>()?;
     let batch_refs: Vec<&Buffer> = batch.iter().collect();
     let timings = args.timing.measure(|| {
@@ -156,10 +164,15 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A buffer of uniform values in [-scale, scale) on the first device.
-fn random_buffer(client: &Client, dims: &[i64], scale: f32) -> Result<Buffer> {
+/// A buffer of normal(0, `std`) values (Box–Muller) on the first device.
+fn normal_buffer(client: &Client, dims: &[i64], std: f32) -> Result<Buffer> {
     let mut rng = rand::rng();
     let count = dims.iter().product::<i64>() as usize;
-    let values: Vec<f32> = (0..count).map(|_| rng.random_range(-scale..scale)).collect();
+    let values: Vec<f32> = (0..count)
+        .map(|_| {
+            let (u, v): (f32, f32) = (rng.random_range(f32::EPSILON..1.0), rng.random());
+            std * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+        })
+        .collect();
     client.buffer_from_host(&values, dims, client.device(0)?)
 }

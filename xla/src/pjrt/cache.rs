@@ -2,7 +2,8 @@
 //! executable serialization.
 //!
 //! A key is the SHA-256 of the program text, the serialized compile options
-//! and a salt naming the plugin (file, size, mtime, versions) and devices, so
+//! and a salt naming the plugin (file, size, mtime, versions), the devices and
+//! `XLA_FLAGS`, so
 //! an entry is only ever loaded by the plugin that wrote it. Disk entries are
 //! written to a temporary file and renamed, so a crash leaves no torn entry;
 //! an entry the plugin cannot load is compiled again and replaced.

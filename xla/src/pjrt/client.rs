@@ -310,7 +310,8 @@ fn platform_version(api: Api, client: NonNull<ffi::Client>) -> Result<String> {
 }
 
 /// What, besides program and options, decides whether a compiled program
-/// can be reused: the plugin file, its versions, and the devices.
+/// can be reused: the plugin file, its versions, the devices, and
+/// `XLA_FLAGS` (which the plugin reads and which changes code generation).
 fn cache_salt(client: &ClientInner) -> Vec<u8> {
     let path = client.plugin.path();
     let file = std::fs::metadata(path).ok();
@@ -320,8 +321,9 @@ fn cache_salt(client: &ClientInner) -> Vec<u8> {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     let kinds: Vec<&str> = client.devices.iter().map(|d| d.kind()).collect();
+    let xla_flags = std::env::var("XLA_FLAGS").unwrap_or_default();
     format!(
-        "{}|{}|{}|{:?}|{}|{}|{}|{:?}",
+        "{}|{}|{}|{:?}|{}|{}|{}|{:?}|{xla_flags}",
         path.display(),
         file.map_or(0, |m| m.len()),
         modified,

@@ -5,6 +5,13 @@
 
 #![warn(missing_docs)]
 
+pub mod bundled;
+pub mod config;
+pub mod decoder;
 mod error;
+pub mod load;
+pub mod logprobs;
+pub mod names;
+pub mod weights;
 
 pub use error::{Error, Result};

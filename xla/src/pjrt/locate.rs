@@ -193,9 +193,6 @@ fn python_sys_path() -> &'static [PathBuf] {
 
 /// Installs the plugin package for `platform` into grpo's cache folder with
 /// pip, unless a plugin file is already there; returns the plugin file.
-///
-/// pip writes into a temporary folder renamed into place at the end, so an
-/// interrupted install leaves nothing half-written behind.
 pub fn install_plugin(platform: Platform) -> Result<PathBuf> {
     let dir = plugin_install_dir(platform);
     let only_cache = PluginSearch {
@@ -205,11 +202,28 @@ pub fn install_plugin(platform: Platform) -> Result<PathBuf> {
     if let Ok(path) = only_cache.find(platform) {
         return Ok(path);
     }
+    pip_install_into(platform.pip_requirement(), &dir, platform.pip_no_deps()).map_err(|failure| {
+        Error::PluginNotFound {
+            platform: platform.to_string(),
+            searched: dir.display().to_string(),
+            advice: failure,
+        }
+    })?;
+    only_cache.find(platform)
+}
+
+/// `python3 -m pip install --target dir requirement` (with `--no-deps` if
+/// asked), into a staging folder renamed over `dir` at the end, so an
+/// interrupted install leaves nothing half-written. On failure, returns
+/// what to check.
+pub fn pip_install_into(requirement: &str, dir: &Path, no_deps: bool) -> std::result::Result<(), String> {
     let parent = dir.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
-    let staging = parent.join(format!(".{}-installing", platform.name()));
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("package");
+    let staging = parent.join(format!(".{name}-installing"));
+    let io = |action: &str, path: &Path, e: std::io::Error| format!("cannot {action} {}: {e}", path.display());
+    std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
     if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(|e| Error::io("remove", &staging, e))?;
+        std::fs::remove_dir_all(&staging).map_err(|e| io("remove", &staging, e))?;
     }
     let mut pip = Command::new("python3");
     pip.args([
@@ -222,29 +236,21 @@ pub fn install_plugin(platform: Platform) -> Result<PathBuf> {
         "--target",
     ])
     .arg(&staging);
-    if platform.pip_no_deps() {
+    if no_deps {
         pip.arg("--no-deps");
     }
-    pip.arg(platform.pip_requirement());
-    let status = pip
-        .status()
-        .map_err(|e| Error::io("run python3 -m pip for", &staging, e))?;
+    pip.arg(requirement);
+    let status = pip.status().map_err(|e| io("run python3 -m pip for", &staging, e))?;
     if !status.success() {
-        return Err(Error::PluginNotFound {
-            platform: platform.to_string(),
-            searched: dir.display().to_string(),
-            advice: format!(
-                "`python3 -m pip install --target {} {}` failed ({status}); check that python3 and pip work and PyPI is reachable",
-                staging.display(),
-                platform.pip_requirement()
-            ),
-        });
+        return Err(format!(
+            "`python3 -m pip install --target {} {requirement}` failed ({status}); check that python3 and pip work and PyPI is reachable",
+            staging.display()
+        ));
     }
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| Error::io("remove", &dir, e))?;
+        std::fs::remove_dir_all(dir).map_err(|e| io("remove", dir, e))?;
     }
-    std::fs::rename(&staging, &dir).map_err(|e| Error::io("move into place", &dir, e))?;
-    only_cache.find(platform)
+    std::fs::rename(&staging, dir).map_err(|e| io("move into place", dir, e))
 }
 
 #[cfg(test)]

@@ -1,0 +1,383 @@
+//! Model configuration read from a Hugging Face `config.json`.
+//!
+//! Llama, Qwen2 and Qwen3 share one decoder; the differences are data here:
+//! q/k/v biases (Qwen2, or Llama's `attention_bias`), per-head q/k RMS norms
+//! (Qwen3), a head dimension that may differ from `hidden / heads`, tied
+//! embeddings, and Llama 3 RoPE scaling. Anything the decoder does not
+//! implement (another activation, sliding windows, other RoPE types) is
+//! refused with an error naming the field.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The decoder family, from `architectures` / `model_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `LlamaForCausalLM` (Llama 2/3, SmolLM2).
+    Llama,
+    /// `Qwen2ForCausalLM` (Qwen2, Qwen2.5).
+    Qwen2,
+    /// `Qwen3ForCausalLM`.
+    Qwen3,
+}
+
+impl Family {
+    /// The Hugging Face architecture name.
+    pub fn architecture(self) -> &'static str {
+        match self {
+            Family::Llama => "LlamaForCausalLM",
+            Family::Qwen2 => "Qwen2ForCausalLM",
+            Family::Qwen3 => "Qwen3ForCausalLM",
+        }
+    }
+
+    /// The Hugging Face `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// Llama 3 RoPE frequency scaling (`rope_scaling.rope_type = "llama3"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3RopeScaling {
+    /// `factor`.
+    pub factor: f64,
+    /// `low_freq_factor`.
+    pub low_freq_factor: f64,
+    /// `high_freq_factor`.
+    pub high_freq_factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max_positions: f64,
+}
+
+/// Everything the decoder needs to know about a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The family.
+    pub family: Family,
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Width of the SwiGLU hidden layer.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than `heads`).
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// Llama 3 frequency scaling, if any.
+    pub rope_scaling: Option<Llama3RopeScaling>,
+    /// RMS norm epsilon.
+    pub rms_norm_eps: f64,
+    /// Longest context.
+    pub max_positions: usize,
+    /// Whether `lm_head` is the embedding matrix.
+    pub tie_embeddings: bool,
+    /// Whether q/k/v projections have biases.
+    pub qkv_bias: bool,
+    /// Whether q and k get a per-head RMS norm (Qwen3).
+    pub qk_norm: bool,
+    /// Beginning-of-sequence token, if the model has one.
+    pub bos_token_id: Option<u32>,
+    /// End-of-sequence tokens.
+    pub eos_token_ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<Value>,
+    /// transformers ≥ 5 writes `rope_theta` and the scaling here instead.
+    rope_parameters: Option<Value>,
+    rms_norm_eps: f64,
+    max_position_embeddings: usize,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    attention_bias: Option<bool>,
+    #[serde(default)]
+    mlp_bias: bool,
+    hidden_act: Option<String>,
+    #[serde(default)]
+    use_sliding_window: bool,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<Value>,
+}
+
+fn unsupported(field: &str, message: impl Into<String>) -> Error {
+    Error::Config {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+impl ModelConfig {
+    /// Reads and checks `config.json`.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<ModelConfig> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        ModelConfig::from_json(&text).map_err(|e| match e {
+            Error::Format { message, .. } => Error::format(path, message),
+            other => other,
+        })
+    }
+
+    /// Parses and checks the text of a `config.json`.
+    pub fn from_json(text: &str) -> Result<ModelConfig> {
+        let raw: RawConfig =
+            serde_json::from_str(text).map_err(|e| Error::format("config.json", format!("not a model config: {e}")))?;
+        let family = family_of(&raw)?;
+        if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
+            return Err(unsupported(
+                "hidden_act",
+                format!("`{act}` is not supported; the decoder uses silu"),
+            ));
+        }
+        if raw.use_sliding_window {
+            return Err(unsupported(
+                "use_sliding_window",
+                "sliding-window attention is not supported",
+            ));
+        }
+        if raw.mlp_bias {
+            return Err(unsupported("mlp_bias", "MLP biases are not supported"));
+        }
+        let heads = raw.num_attention_heads;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(unsupported(
+                "num_key_value_heads",
+                format!("{kv_heads} key/value heads must divide {heads} attention heads"),
+            ));
+        }
+        let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(unsupported(
+                "head_dim",
+                format!("{head_dim} must be even and positive for RoPE"),
+            ));
+        }
+        let qkv_bias = match family {
+            Family::Qwen2 => true,
+            Family::Llama | Family::Qwen3 => raw.attention_bias.unwrap_or(false),
+        };
+        Ok(ModelConfig {
+            family,
+            vocab_size: raw.vocab_size,
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            layers: raw.num_hidden_layers,
+            heads,
+            kv_heads,
+            head_dim,
+            rope_theta: raw
+                .rope_parameters
+                .as_ref()
+                .and_then(|p| p.get("rope_theta"))
+                .and_then(Value::as_f64)
+                .or(raw.rope_theta)
+                .unwrap_or(10_000.0),
+            rope_scaling: rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
+            rms_norm_eps: raw.rms_norm_eps,
+            max_positions: raw.max_position_embeddings,
+            tie_embeddings: raw.tie_word_embeddings,
+            qkv_bias,
+            qk_norm: family == Family::Qwen3,
+            bos_token_id: raw.bos_token_id,
+            eos_token_ids: token_ids(raw.eos_token_id.as_ref())?,
+        })
+    }
+
+    /// The RoPE inverse frequencies, one per pair of head dimensions, with
+    /// Llama 3 scaling applied, computed in f32 as transformers does.
+    pub fn rope_inverse_frequencies(&self) -> Vec<f32> {
+        let dim = self.head_dim as f32;
+        let base = self.rope_theta as f32;
+        let plain = (0..self.head_dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / dim));
+        let Some(s) = self.rope_scaling else {
+            return plain.collect();
+        };
+        let (factor, low, high, old) = (
+            s.factor as f32,
+            s.low_freq_factor as f32,
+            s.high_freq_factor as f32,
+            s.original_max_positions as f32,
+        );
+        let low_wavelen = old / low;
+        let high_wavelen = old / high;
+        plain
+            .map(|f| {
+                let wavelen = 2.0 * std::f32::consts::PI / f;
+                if wavelen < high_wavelen {
+                    f
+                } else if wavelen > low_wavelen {
+                    f / factor
+                } else {
+                    let smooth = (old / wavelen - low) / (high - low);
+                    (1.0 - smooth) * f / factor + smooth * f
+                }
+            })
+            .collect()
+    }
+}
+
+fn family_of(raw: &RawConfig) -> Result<Family> {
+    let by_architecture = raw.architectures.iter().find_map(|a| match a.as_str() {
+        "LlamaForCausalLM" => Some(Family::Llama),
+        "Qwen2ForCausalLM" => Some(Family::Qwen2),
+        "Qwen3ForCausalLM" => Some(Family::Qwen3),
+        _ => None,
+    });
+    let by_type = raw.model_type.as_deref().and_then(|t| match t {
+        "llama" => Some(Family::Llama),
+        "qwen2" => Some(Family::Qwen2),
+        "qwen3" => Some(Family::Qwen3),
+        _ => None,
+    });
+    by_architecture.or(by_type).ok_or_else(|| {
+        unsupported(
+            "architectures",
+            format!(
+                "{:?} (model_type {:?}) is not supported; grpo runs LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM",
+                raw.architectures, raw.model_type
+            ),
+        )
+    })
+}
+
+fn rope_scaling(value: Option<&Value>) -> Result<Option<Llama3RopeScaling>> {
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let kind = value
+        .get("rope_type")
+        .or_else(|| value.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    if kind == "default" {
+        return Ok(None);
+    }
+    if kind != "llama3" {
+        return Err(unsupported(
+            "rope_scaling",
+            format!("rope type `{kind}` is not supported (only llama3)"),
+        ));
+    }
+    let number = |key: &str| {
+        value
+            .get(key)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| unsupported("rope_scaling", format!("llama3 scaling needs a number `{key}`")))
+    };
+    Ok(Some(Llama3RopeScaling {
+        factor: number("factor")?,
+        low_freq_factor: number("low_freq_factor")?,
+        high_freq_factor: number("high_freq_factor")?,
+        original_max_positions: number("original_max_position_embeddings")?,
+    }))
+}
+
+fn token_ids(value: Option<&Value>) -> Result<Vec<u32>> {
+    let bad = || unsupported("eos_token_id", "must be a token id or a list of token ids");
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad))
+            .collect(),
+        Some(v) => Ok(vec![v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)?]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA: &str = r#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 49152,
+        "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+        "num_key_value_heads": 3, "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+        "tie_word_embeddings": true, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2}"#;
+
+    #[test]
+    fn reads_a_llama_config() {
+        let c = ModelConfig::from_json(LLAMA).unwrap();
+        assert_eq!((c.family, c.heads, c.kv_heads, c.head_dim), (Family::Llama, 9, 3, 64));
+        assert!(c.tie_embeddings && !c.qkv_bias && !c.qk_norm);
+        assert_eq!(c.eos_token_ids, [2]);
+        let inv = c.rope_inverse_frequencies();
+        assert_eq!(inv.len(), 32);
+        assert_eq!(inv[0], 1.0);
+        assert!((inv[1] - 100000f32.powf(-2.0 / 64.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_run() {
+        let other = LLAMA
+            .replace("LlamaForCausalLM", "MistralForCausalLM")
+            .replace("\"llama\"", "\"mistral\"");
+        let error = ModelConfig::from_json(&other).unwrap_err().to_string();
+        assert!(
+            error.contains("MistralForCausalLM") && error.contains("architectures"),
+            "{error}"
+        );
+        let gelu = LLAMA.replace("\"silu\"", "\"gelu\"");
+        assert!(
+            ModelConfig::from_json(&gelu)
+                .unwrap_err()
+                .to_string()
+                .contains("hidden_act")
+        );
+        let yarn = LLAMA.replace(
+            "\"rope_theta\"",
+            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, \"rope_theta\"",
+        );
+        assert!(ModelConfig::from_json(&yarn).unwrap_err().to_string().contains("yarn"));
+        let heads = LLAMA.replace("\"num_key_value_heads\": 3", "\"num_key_value_heads\": 4");
+        assert!(
+            ModelConfig::from_json(&heads)
+                .unwrap_err()
+                .to_string()
+                .contains("num_key_value_heads")
+        );
+        assert!(matches!(ModelConfig::from_json("{}"), Err(Error::Format { .. })));
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let scaled = LLAMA.replace(
+            "\"rope_theta\"",
+            "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}, \"rope_theta\"",
+        );
+        let plain = ModelConfig::from_json(LLAMA).unwrap().rope_inverse_frequencies();
+        let c = ModelConfig::from_json(&scaled).unwrap();
+        let inv = c.rope_inverse_frequencies();
+        assert_eq!(inv[0], plain[0], "short wavelengths are kept");
+        assert!(
+            (inv[31] - plain[31] / 8.0).abs() < 1e-12,
+            "long wavelengths are divided by the factor"
+        );
+    }
+}

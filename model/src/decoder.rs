@@ -1,0 +1,220 @@
+//! The Llama / Qwen2 / Qwen3 decoder as traced grpo-xla code, following
+//! transformers' eager implementation: RMSNorm, grouped-query attention with
+//! rotate-half RoPE, SwiGLU, residuals; q/k/v biases and per-head q/k norms
+//! where the config asks for them.
+//!
+//! Attention takes its keys and values as tensors with a key mask, so the
+//! same block serves training (keys = this sequence) and generation (keys =
+//! a KV cache the rollout engine owns).
+
+use grpo_xla::trace::Tensor;
+use grpo_xla::{ElementType, Result};
+
+use crate::config::ModelConfig;
+use crate::names::{ParamSpec, parameters};
+
+/// A decoder: its config and parameter layout.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    config: ModelConfig,
+    params: Vec<ParamSpec>,
+}
+
+/// The parameters of one forward, as traced tensors in [`Decoder::parameters`] order.
+pub struct Weights<'a> {
+    specs: &'a [ParamSpec],
+    tensors: &'a [Tensor],
+}
+
+impl Weights<'_> {
+    fn get(&self, name: &str) -> Result<&Tensor> {
+        self.specs
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| &self.tensors[i])
+            .ok_or_else(|| grpo_xla::Error::Trace {
+                op: "decoder",
+                message: format!("the model has no parameter `{name}`"),
+            })
+    }
+}
+
+/// `x · wᵀ (+ b)` for a PyTorch-layout `[out, in]` weight.
+fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let y = x.dot_general(w, &[], &[], &[x.rank() - 1], &[1])?;
+    match b {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
+}
+
+/// `x` with its last axis halves `[a, b]` turned into `[-b, a]`.
+fn rotate_half(x: &Tensor) -> Result<Tensor> {
+    let last = x.rank() - 1;
+    let half = x.dims()[last] / 2;
+    let a = x.slice_axis(last, 0, half)?;
+    let b = x.slice_axis(last, half, 2 * half)?;
+    Tensor::concatenate(&[&b.neg()?, &a], last)
+}
+
+/// RMS norm over the last axis computed in f32 and scaled by `weight` in
+/// `x`'s dtype, as transformers' `LlamaRMSNorm` does.
+fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let last = x.rank() - 1;
+    let x32 = x.convert(ElementType::F32)?;
+    let mean_square = x32.square()?.mean(&[last])?.reshape(&keep_last(x.dims()))?;
+    let normed = x32.mul(&mean_square.add_scalar(eps)?.rsqrt()?)?;
+    weight.mul(&normed.convert(x.dtype())?)
+}
+
+/// `dims` with the last axis of size 1.
+fn keep_last(dims: &[i64]) -> Vec<i64> {
+    let mut kept = dims.to_vec();
+    if let Some(last) = kept.last_mut() {
+        *last = 1;
+    }
+    kept
+}
+
+impl Decoder {
+    /// A decoder for `config`.
+    pub fn new(config: ModelConfig) -> Decoder {
+        let params = parameters(&config);
+        Decoder { config, params }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Parameter names and shapes, in the order the programs take them.
+    pub fn parameters(&self) -> &[ParamSpec] {
+        &self.params
+    }
+
+    /// Wraps traced parameter tensors (in [`Decoder::parameters`] order).
+    pub fn weights<'a>(&'a self, tensors: &'a [Tensor]) -> Weights<'a> {
+        Weights {
+            specs: &self.params,
+            tensors,
+        }
+    }
+
+    /// cos and sin of the rotary angles for integer `positions` `[B, T]`: `[B, 1, T, head_dim]`.
+    fn rotary(&self, positions: &Tensor, dtype: ElementType) -> Result<(Tensor, Tensor)> {
+        let graph = positions.graph();
+        let inverse = self.config.rope_inverse_frequencies();
+        let half = inverse.len() as i64;
+        let (b, t) = (positions.dims()[0], positions.dims()[1]);
+        let inverse = graph.constant(&inverse, &[half])?;
+        let angles = positions
+            .convert(ElementType::F32)?
+            .reshape(&[b, t, 1])?
+            .mul(&inverse.reshape(&[1, 1, half])?)?;
+        let angles = Tensor::concatenate(&[&angles, &angles], 2)?.reshape(&[b, 1, t, 2 * half])?;
+        Ok((angles.cos()?.convert(dtype)?, angles.sin()?.convert(dtype)?))
+    }
+
+    /// Attention of queries `q` `[B, heads, T, hd]` over keys/values
+    /// `[B, kv_heads, S, hd]`, where `allowed` `[B, T, S]` (pred) says which
+    /// key each query may see. Softmax in f32, as transformers does.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, allowed: &Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, s) = (k.dims()[0], k.dims()[2]);
+        let group = (c.heads / c.kv_heads) as i64;
+        let (kv, hd) = (c.kv_heads as i64, c.head_dim as i64);
+        let repeat = |x: &Tensor| -> Result<Tensor> {
+            x.reshape(&[b, kv, 1, s, hd])?
+                .broadcast_in_dim(&[b, kv, group, s, hd], &[0, 1, 2, 3, 4])?
+                .reshape(&[b, kv * group, s, hd])
+        };
+        let (k, v) = (repeat(k)?, repeat(v)?);
+        let scores = q
+            .matmul(&k.t()?)?
+            .mul_scalar(1.0 / (c.head_dim as f64).sqrt())?
+            .convert(ElementType::F32)?;
+        let t = q.dims()[2];
+        let allowed = allowed.reshape(&[b, 1, t, s])?.broadcast_to(scores.dims())?;
+        let masked = allowed.select(&scores, &scores.full_like(f64::from(f32::MIN))?)?;
+        masked.softmax(3)?.convert(q.dtype())?.matmul(&v)
+    }
+
+    /// Logits `[B, T, vocab]` (f32) of token `ids` `[B, T]` at `positions`
+    /// `[B, T]`, where `mask` `[B, T]` (pred) marks real tokens: each token
+    /// attends to the real tokens at or before it.
+    pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let w = self.weights(tensors);
+        let graph = ids.graph();
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let embed = w.get("model.embed_tokens.weight")?;
+        let dtype = embed.dtype();
+        let (cos, sin) = self.rotary(positions, dtype)?;
+        let rope = |x: &Tensor| -> Result<Tensor> { x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?) };
+        let row = graph.iota(ElementType::S32, &[t, t], 0)?;
+        let col = graph.iota(ElementType::S32, &[t, t], 1)?;
+        let causal = col.le(&row)?.reshape(&[1, t, t])?;
+        let allowed = causal.and(&mask.reshape(&[b, 1, t])?)?;
+        let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
+
+        let mut x = embed.take(ids, 0)?;
+        for layer in 0..c.layers {
+            let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
+            let bias =
+                |leaf: &str| -> Result<Option<&Tensor>> { if c.qkv_bias { Ok(Some(p(leaf)?)) } else { Ok(None) } };
+            let h = rms_norm(&x, p("input_layernorm.weight")?, c.rms_norm_eps)?;
+            let split = |y: Tensor, n: i64| -> Result<Tensor> { y.reshape(&[b, t, n, hd])?.transpose(&[0, 2, 1, 3]) };
+            let mut q = split(
+                linear(&h, p("self_attn.q_proj.weight")?, bias("self_attn.q_proj.bias")?)?,
+                heads,
+            )?;
+            let mut k = split(
+                linear(&h, p("self_attn.k_proj.weight")?, bias("self_attn.k_proj.bias")?)?,
+                kv,
+            )?;
+            let v = split(
+                linear(&h, p("self_attn.v_proj.weight")?, bias("self_attn.v_proj.bias")?)?,
+                kv,
+            )?;
+            if c.qk_norm {
+                q = rms_norm(&q, p("self_attn.q_norm.weight")?, c.rms_norm_eps)?;
+                k = rms_norm(&k, p("self_attn.k_norm.weight")?, c.rms_norm_eps)?;
+            }
+            let (q, k) = (rope(&q)?, rope(&k)?);
+            let context = self
+                .attend(&q, &k, &v, &allowed)?
+                .transpose(&[0, 2, 1, 3])?
+                .reshape(&[b, t, heads * hd])?;
+            x = x.add(&linear(&context, p("self_attn.o_proj.weight")?, None)?)?;
+            let h = rms_norm(&x, p("post_attention_layernorm.weight")?, c.rms_norm_eps)?;
+            let gate = linear(&h, p("mlp.gate_proj.weight")?, None)?.silu()?;
+            let up = linear(&h, p("mlp.up_proj.weight")?, None)?;
+            x = x.add(&linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?)?;
+        }
+        let x = rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)?;
+        let head = if c.tie_embeddings {
+            embed
+        } else {
+            w.get("lm_head.weight")?
+        };
+        linear(&x, head, None)?.convert(ElementType::F32)
+    }
+
+    /// Per-token log-probabilities and entropies `[B, T-1]` (f32): entry
+    /// `t` is `log p(ids[t+1] | ids[..=t])` and the entropy of that
+    /// distribution. Positions come from the mask (count of real tokens
+    /// before each one), so left and right padding both work.
+    pub fn token_logprobs(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<(Tensor, Tensor)> {
+        let t = ids.dims()[1];
+        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
+        let positions = ones.cumsum(1, false)?.sub(&ones)?;
+        let logits = self.logits(tensors, ids, &positions, mask)?;
+        let predicting = logits.slice_axis(1, 0, t - 1)?;
+        let targets = ids.slice_axis(1, 1, t)?;
+        let logprobs = predicting.gathered_log_probs(&targets)?;
+        let log_p = predicting.log_softmax(2)?;
+        let entropy = log_p.exp()?.mul(&log_p)?.sum(&[2])?.neg()?;
+        Ok((logprobs, entropy))
+    }
+}

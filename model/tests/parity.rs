@@ -1,0 +1,187 @@
+//! The decoders against Hugging Face transformers on the same weights:
+//! per-token log-probs, entropies and gradients of the summed log-prob for
+//! tiny Llama, Qwen2 and Qwen3 models (fixtures made by
+//! `tools/make_parity_fixtures.py`).
+
+use std::path::{Path, PathBuf};
+
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::weights::{Safetensors, WeightSource};
+use grpo_xla::trace::{Graph, Tensor, grad};
+use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin, Pred};
+
+fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(family)
+}
+
+fn cpu_client() -> Client {
+    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
+    Client::new(
+        &plugin,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap()
+}
+
+struct Inputs {
+    ids: Vec<Vec<i32>>,
+    mask: Vec<Vec<i32>>,
+}
+
+fn inputs(dir: &Path) -> Inputs {
+    let text = std::fs::read_to_string(dir.join("inputs.json")).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rows = |key: &str| -> Vec<Vec<i32>> {
+        value[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_i64().unwrap() as i32)
+                    .collect()
+            })
+            .collect()
+    };
+    Inputs {
+        ids: rows("input_ids"),
+        mask: rows("attention_mask"),
+    }
+}
+
+/// Runs logprobs, entropy and ∂Σ(mask·logprob)/∂params for one fixture and
+/// compares with transformers.
+fn check_family(family: &str) {
+    let dir = fixture(family);
+    let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
+    let decoder = Decoder::new(config);
+    let weights = Safetensors::open_dir(&dir).unwrap();
+    let expected = Safetensors::open_files(&[dir.join("expected.safetensors")]).unwrap();
+    let input = inputs(&dir);
+    let (b, t) = (input.ids.len() as i64, input.ids[0].len() as i64);
+
+    let graph = Graph::new("parity");
+    let params: Vec<Tensor> = decoder
+        .parameters()
+        .iter()
+        .map(|p| {
+            graph
+                .parameter(ElementType::F32, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>())
+                .unwrap()
+        })
+        .collect();
+    let ids = graph.parameter(ElementType::S32, &[b, t]).unwrap();
+    let mask = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
+    let (logprobs, entropy) = decoder.token_logprobs(&params, &ids, &mask).unwrap();
+    let target_mask = mask.slice_axis(1, 1, t).unwrap();
+    let weight = target_mask
+        .select(&logprobs.ones_like().unwrap(), &logprobs.zeros_like().unwrap())
+        .unwrap();
+    let total = logprobs.mul(&weight).unwrap().sum_all().unwrap();
+    let wrt: Vec<&Tensor> = params.iter().collect();
+    let grads = grad(&total, &wrt).unwrap();
+    let mut outputs = vec![&logprobs, &entropy];
+    outputs.extend(grads.iter());
+    let client = cpu_client();
+    let executable = graph.build(&outputs).unwrap().compile(&client).unwrap();
+
+    let device = client.device(0).unwrap();
+    let param_buffers = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let flat_ids: Vec<i32> = input.ids.concat();
+    let flat_mask: Vec<Pred> = input.mask.concat().into_iter().map(|m| Pred::from(m != 0)).collect();
+    let ids_buffer = client.buffer_from_host(&flat_ids, &[b, t], device).unwrap();
+    let mask_buffer = client.buffer_from_host(&flat_mask, &[b, t], device).unwrap();
+    let mut args: Vec<&grpo_xla::Buffer> = param_buffers.iter().collect();
+    args.push(&ids_buffer);
+    args.push(&mask_buffer);
+    let out = executable.execute(&args).unwrap();
+
+    let target = expected.tensor("mask").unwrap().data;
+    for (index, name) in [(0, "logprobs"), (1, "entropy")] {
+        let got = out[index].to_host::<f32>().unwrap();
+        let want = expected.tensor(name).unwrap().data;
+        let worst = got
+            .iter()
+            .zip(&want)
+            .zip(&target)
+            .filter(|(_, m)| **m != 0.0)
+            .map(|((g, w), _)| (g - w).abs())
+            .fold(0.0f32, f32::max);
+        println!("{family} {name}: max |grpo - transformers| = {worst:e}");
+        assert!(worst <= 1e-4, "{family} {name}: max difference {worst} (> 1e-4)");
+    }
+    let mut worst_relative = 0.0f32;
+    for (spec, buffer) in decoder.parameters().iter().zip(&out[2..]) {
+        let got = buffer.to_host::<f32>().unwrap();
+        let want = expected.tensor(&format!("grad.{}", spec.name)).unwrap().data;
+        let scale = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max).max(1e-6);
+        let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
+        assert!(
+            worst / scale <= 1e-3,
+            "{family} grad of {}: max difference {worst}, scale {scale}",
+            spec.name
+        );
+        worst_relative = worst_relative.max(worst / scale);
+    }
+    println!("{family} gradients: worst max-relative difference {worst_relative:e}");
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_family("llama");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_family("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check_family("qwen3");
+}
+
+/// The bucketed runner pads to 16 tokens; real positions must not change.
+#[test]
+fn the_logprobs_runner_pads_without_changing_results() {
+    let dir = fixture("qwen3");
+    let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
+    let weights = Safetensors::open_dir(&dir).unwrap();
+    let expected = Safetensors::open_files(&[dir.join("expected.safetensors")]).unwrap();
+    let client = cpu_client();
+    let params = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
+    let input = inputs(&dir);
+    let sequences: Vec<Vec<u32>> = input
+        .ids
+        .iter()
+        .zip(&input.mask)
+        .map(|(ids, mask)| {
+            ids.iter()
+                .zip(mask)
+                .filter(|(_, m)| **m != 0)
+                .map(|(&id, _)| id as u32)
+                .collect()
+        })
+        .collect();
+    let runner = grpo_model::logprobs::LogprobsRunner::new(&client, decoder, ElementType::F32);
+    let stats = runner.run(&params, &sequences).unwrap();
+    let want = expected.tensor("logprobs").unwrap().data;
+    let columns = input.ids[0].len() - 1;
+    for (row, stat) in stats.iter().enumerate() {
+        assert_eq!(stat.logprobs.len(), sequences[row].len() - 1);
+        for (t, got) in stat.logprobs.iter().enumerate() {
+            let w = want[row * columns + t];
+            assert!((got - w).abs() <= 1e-4, "row {row} token {t}: {got} vs {w}");
+        }
+    }
+    let error = runner.run(&params, &[vec![5]]).unwrap_err().to_string();
+    assert!(error.contains("at least 2 tokens"), "{error}");
+    let error = runner.run(&params, &[vec![5, 999]]).unwrap_err().to_string();
+    assert!(error.contains("999") && error.contains("vocabulary"), "{error}");
+}

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""Reference fixtures for the Llama / Qwen2 / Qwen3 decoders: tiny random
+models built with Hugging Face transformers, their per-token log-probabilities
+and entropies on a fixed padded batch, and the gradient of the masked
+log-probability sum with respect to every parameter.
+
+Regenerate (from the repository root; tools/venv.sh creates or extends the
+venv with torch, transformers and safetensors and prints its python):
+
+    "$(tools/venv.sh)" tools/make_parity_fixtures.py
+
+Writes model/tests/fixtures/parity/<family>/{config.json, model.safetensors,
+inputs.json, expected.safetensors} for family in llama, qwen2, qwen3, and
+model/tests/fixtures/parity/README.md (the definitions, the versions). The
+output is deterministic (CPU, fixed seeds): a rerun rewrites the same bytes.
+"""
+
+import contextlib
+import copy
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import safetensors
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+import transformers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+from transformers.models.llama import modeling_llama
+from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "model" / "tests" / "fixtures" / "parity"
+MAX_TOTAL_BYTES = 2 * 1024 * 1024
+
+BATCH, SEQ, PAD_TAIL, PAD_ID = 2, 12, 4, 0
+VOCAB = 128
+MATRIX_STD = 0.2  # weights and embeddings ~ N(0, 0.2^2): attention is far from uniform
+BIAS_STD = 0.1  # q/k/v biases (qwen2) ~ N(0, 0.1^2)
+NORM_STD = 0.1  # every RMSNorm weight ~ 1 + N(0, 0.1^2)
+GRAD_F32_VS_F64_RTOL = 1e-5  # ||g32 - g64|| / ||g64||, per parameter
+LOGPROB_F32_VS_F64_ATOL = 1e-5
+
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    initializer_range=MATRIX_STD,  # only recorded: build() overwrites every parameter
+    attn_implementation="eager",
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 10000.0}
+ROPE_LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+# (family, config class, model class, modeling module, extra config); the
+# index is the torch seed.
+FAMILIES = [
+    ("llama", LlamaConfig, LlamaForCausalLM, modeling_llama,
+     dict(head_dim=8, tie_word_embeddings=False, rope_parameters=ROPE_LLAMA3)),
+    ("qwen2", Qwen2Config, Qwen2ForCausalLM, modeling_qwen2,
+     dict(tie_word_embeddings=True, rope_parameters=ROPE_DEFAULT, use_sliding_window=False)),
+    ("qwen3", Qwen3Config, Qwen3ForCausalLM, modeling_qwen3,
+     dict(head_dim=16, tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT,
+          attention_bias=False, use_sliding_window=False)),
+]
+
+
+def check(cond, msg):
+    if not cond:
+        sys.exit(f"make_parity_fixtures.py: FAILED: {msg}")
+
+
+# --- f64 evaluation ---------------------------------------------------------
+# HF's decoders upcast to f32, not to the input dtype, in three places: RMSNorm
+# (`hidden_states.to(torch.float32)`), the eager attention softmax
+# (`softmax(..., dtype=torch.float32)`) and the rotary table (`.float()`). A
+# plain `.double()` copy would therefore still be f32 there. For the f64
+# reference these three compute in f64 instead (same formulas, for f32 inputs
+# exactly HF's code path); the rotary frequencies stay HF's inv_freq buffer
+# (computed in f32 at construction), only position * inv_freq, cos and sin are
+# f64.
+
+
+def _rms_norm_forward(self, hidden_states):
+    input_dtype = hidden_states.dtype
+    h = hidden_states.to(torch.promote_types(input_dtype, torch.float32))
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + self.variance_epsilon)
+    return self.weight * h.to(input_dtype)
+
+
+def _rotary_forward(self, x, position_ids):
+    dt = torch.promote_types(x.dtype, torch.float32)
+    freqs = position_ids[..., None].to(dt) * self.inv_freq.to(device=x.device, dtype=dt)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = emb.cos() * self.attention_scaling
+    sin = emb.sin() * self.attention_scaling
+    return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+@contextlib.contextmanager
+def true_f64(module, family):
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
+    norm_cls = getattr(module, f"{prefix}RMSNorm")
+    rope_cls = getattr(module, f"{prefix}RotaryEmbedding")
+    saved = (norm_cls.forward, rope_cls.forward, F.softmax)
+    orig_softmax = F.softmax
+
+    def softmax(input, dim=None, _stacklevel=3, dtype=None):
+        if dtype == torch.float32 and input.dtype == torch.float64:
+            dtype = torch.float64
+        return orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    norm_cls.forward, rope_cls.forward, torch.nn.functional.softmax = (
+        _rms_norm_forward, _rotary_forward, softmax)
+    try:
+        yield
+    finally:
+        norm_cls.forward, rope_cls.forward, torch.nn.functional.softmax = saved
+
+
+# --- the quantities ---------------------------------------------------------
+
+
+def token_stats(model, input_ids, attention_mask):
+    """logprobs [B, T-1], entropy [B, T-1], mask [B, T-1], shifted logits."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    shifted = logits[:, :-1, :]
+    logp_all = torch.log_softmax(shifted, dim=-1)
+    targets = input_ids[:, 1:]
+    logprobs = logp_all.gather(-1, targets[..., None])[..., 0]
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    mask = attention_mask[:, 1:].to(logits.dtype)
+    return logprobs, entropy, mask, shifted
+
+
+def grads_of_masked_sum(model, input_ids, attention_mask):
+    model.zero_grad(set_to_none=True)
+    logprobs, entropy, mask, shifted = token_stats(model, input_ids, attention_mask)
+    (logprobs * mask).sum().backward()
+    grads = {}
+    for name, p in model.named_parameters():
+        check(p.grad is not None, f"no gradient for {name}")
+        grads[name] = p.grad.detach().clone()
+    return logprobs.detach(), entropy.detach(), mask, shifted.detach(), grads
+
+
+def build(index, family, config_cls, model_cls, extra):
+    torch.manual_seed(index)
+    config = config_cls(**COMMON, **extra)
+    model = model_cls(config).to(torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):  # input/post_attention_layernorm, model.norm, q_norm, k_norm
+                p.copy_(1.0 + NORM_STD * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(BIAS_STD * torch.randn_like(p))
+            else:
+                p.copy_(MATRIX_STD * torch.randn_like(p))
+    model.eval()  # no dropout anywhere (attention_dropout is 0 too); gradients still flow
+    input_ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    attention_mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    attention_mask[1, SEQ - PAD_TAIL:] = 0
+    input_ids[1, SEQ - PAD_TAIL:] = PAD_ID
+    return model, input_ids, attention_mask
+
+
+def rel(a, b):
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def make(index, family, config_cls, model_cls, module, extra):
+    model, input_ids, attention_mask = build(index, family, config_cls, model_cls, extra)
+    cfg = model.config
+    names = [n for n, _ in model.named_parameters()]
+
+    # Configuration checks: what each fixture is meant to exercise.
+    check(cfg.num_key_value_heads < cfg.num_attention_heads, "GQA")
+    if family == "qwen3":
+        check(cfg.head_dim * cfg.num_attention_heads != cfg.hidden_size, "qwen3 head_dim override")
+    if family == "qwen2":
+        for n, p in model.named_parameters():
+            if n.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
+                check(bool((p != 0).all()), f"{n} has zeros")
+        check(sum(n.endswith("proj.bias") for n in names) == 3 * cfg.num_hidden_layers, "qwen2 q/k/v biases")
+        check("lm_head.weight" not in names, "tied lm_head listed once, as model.embed_tokens.weight")
+        check(model.lm_head.weight is model.model.embed_tokens.weight, "qwen2 tie")
+    else:
+        check(not any(n.endswith(".bias") for n in names), f"{family} has no biases")
+        check("lm_head.weight" in names, f"{family} untied lm_head")
+    if family == "llama":
+        check(cfg.rope_parameters["rope_type"] == "llama3", "llama3 rope scaling")
+
+    # f32, as the model runs.
+    lp32, ent32, mask32, shifted32, g32 = grads_of_masked_sum(model, input_ids, attention_mask)
+
+    # f64 copy (with the f32 upcasts of HF's code made f64, see true_f64).
+    model64 = copy.deepcopy(model).to(torch.float64)
+    with true_f64(module, family):
+        lp64, ent64, mask64, shifted64, g64 = grads_of_masked_sum(model64, input_ids, attention_mask)
+
+    worst_grad = 0.0
+    for n in names:
+        r = rel(g32[n].double(), g64[n])
+        worst_grad = max(worst_grad, r)
+        check(r <= GRAD_F32_VS_F64_RTOL, f"{family} grad.{n}: f32 vs f64 relative {r:.3e} > {GRAD_F32_VS_F64_RTOL}")
+        check(g64[n].norm() > 0, f"{family} grad.{n} is all zero")
+    lp_diff = (lp32.double() - lp64).abs().max().item()
+    ent_diff = (ent32.double() - ent64).abs().max().item()
+    check(lp_diff <= LOGPROB_F32_VS_F64_ATOL, f"{family} logprobs f32 vs f64 {lp_diff:.3e}")
+    check(ent_diff <= LOGPROB_F32_VS_F64_ATOL, f"{family} entropy f32 vs f64 {ent_diff:.3e}")
+
+    # Semantics: logprobs == -CrossEntropy on the shifted logits (both
+    # precisions), the mask is exactly the padded targets.
+    targets = input_ids[:, 1:]
+    for lp, sh, tol in ((lp32, shifted32, 1e-6), (lp64, shifted64, 1e-12)):
+        ce = torch.nn.CrossEntropyLoss(reduction="none")(sh.reshape(-1, VOCAB), targets.reshape(-1))
+        d = (lp + ce.view(BATCH, SEQ - 1)).abs().max().item()
+        check(d <= tol, f"{family} logprobs != -CrossEntropyLoss ({d:.3e})")
+    expected_mask = torch.ones(BATCH, SEQ - 1)
+    expected_mask[1, SEQ - 1 - PAD_TAIL:] = 0  # targets at positions 8..11 of row 1 are padding
+    check(torch.equal(mask64.float(), expected_mask), "mask is not exactly the padded targets")
+    check(torch.equal(mask64.float() == 0, (attention_mask[:, 1:] == 0)), "mask vs attention_mask")
+    check(bool((input_ids[attention_mask == 0] == PAD_ID).all()), "pad ids")
+    check(bool(torch.isfinite(lp64).all() and torch.isfinite(ent64).all()), "finite")
+
+    # Write.
+    d = OUT / family
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    model.save_pretrained(d, safe_serialization=True)
+    gen = d / "generation_config.json"
+    if gen.exists():
+        gen.unlink()
+    check(sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"],
+          f"save_pretrained wrote {sorted(p.name for p in d.iterdir())}")
+    (d / "inputs.json").write_text(json.dumps(
+        {"input_ids": input_ids.tolist(), "attention_mask": attention_mask.tolist()}) + "\n")
+    tensors = {
+        "logprobs": lp64.float().contiguous(),
+        "mask": mask64.float().contiguous(),
+        "entropy": ent64.float().contiguous(),
+    }
+    for n in names:
+        tensors[f"grad.{n}"] = g64[n].float().contiguous()
+    # One metadata key: safetensors writes the metadata map in hash order, so
+    # several keys would make the bytes differ from run to run.
+    safetensors.torch.save_file(tensors, d / "expected.safetensors", metadata={
+        "generator": f"tools/make_parity_fixtures.py family={family} "
+                     f"transformers={transformers.__version__} torch={torch.__version__}",
+    })
+
+    # Round trip: the saved weights are the named parameters, and reloading the
+    # directory with from_pretrained gives the same log-probabilities.
+    with safetensors.safe_open(d / "model.safetensors", framework="pt") as f:
+        saved = set(f.keys())
+        check(saved == set(names), f"{family} model.safetensors keys {sorted(saved ^ set(names))}")
+        for n, p in model.named_parameters():
+            check(torch.equal(f.get_tensor(n), p.detach()), f"{family} saved {n}")
+    reloaded = model_cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+    with torch.no_grad():
+        lp_re, _, _, _ = token_stats(reloaded, input_ids, attention_mask)
+    check(torch.equal(lp_re, lp32), f"{family} reloaded model differs")
+
+    # The same config in the older Hub layout (top-level rope_theta, plus
+    # rope_scaling for llama3) means the same model to transformers.
+    legacy = json.loads((d / "config.json").read_text())
+    rope = legacy.pop("rope_parameters")
+    legacy["rope_theta"] = rope["rope_theta"]
+    if rope["rope_type"] != "default":
+        legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    legacy_cfg = config_cls.from_dict(legacy, attn_implementation="eager")
+    check(legacy_cfg.rope_parameters == cfg.rope_parameters,
+          f"{family} legacy rope config: {legacy_cfg.rope_parameters} != {cfg.rope_parameters}")
+    legacy_model = model_cls(legacy_cfg).eval()
+    legacy_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        lp_legacy, _, _, _ = token_stats(legacy_model, input_ids, attention_mask)
+    check(torch.equal(lp_legacy, lp32), f"{family} legacy-layout config gives other logprobs")
+
+    return {
+        "family": family,
+        "params": sum(p.numel() for p in model.parameters()),
+        "names": names,
+        "worst_grad_rel": worst_grad,
+        "lp_diff": lp_diff,
+        "ent_diff": ent_diff,
+        "lp_range": (lp64[mask64 > 0].min().item(), lp64[mask64 > 0].max().item()),
+        "ent_range": (ent64.min().item(), ent64.max().item()),
+        "shapes": {k: list(v.shape) for k, v in tensors.items()},
+    }
+
+
+README = """\
+# Parity fixtures: Llama, Qwen2, Qwen3 against Hugging Face transformers
+
+Generated by `tools/make_parity_fixtures.py`; regenerate from the repository
+root with
+
+    "$(tools/venv.sh)" tools/make_parity_fixtures.py
+
+(`tools/venv.sh` creates or extends `<grpo cache>/tools-venv`, i.e.
+`${{GRPO_CACHE_DIR:-${{XDG_CACHE_HOME:-$HOME/.cache}}/grpo}}/tools-venv`, with
+torch installed exactly as `bench/train_step.sh` installs it, plus
+`transformers==5.24.0` and `safetensors==0.8.0`). CPU, fixed seeds: a rerun
+rewrites the same bytes.
+
+Versions: transformers {transformers}, torch {torch}, safetensors
+{safetensors}, Python {python}.
+
+## Models
+
+One directory per family, `model.save_pretrained(dir, safe_serialization=True)`
+(`config.json` + `model.safetensors`; no `generation_config.json`):
+
+| dir | class | seed | head_dim | tied lm_head | biases | rope |
+|---|---|---|---|---|---|---|
+| `llama/` | `LlamaForCausalLM` | 0 | 8 | no | none | llama3: factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 16 |
+| `qwen2/` | `Qwen2ForCausalLM` | 1 | 8 (= hidden / heads) | yes | q/k/v | default |
+| `qwen3/` | `Qwen3ForCausalLM` | 2 | 16 (heads x head_dim = 64 != hidden 32) | no | none (q_norm/k_norm instead) | default |
+
+Common: f32, vocab_size 128, hidden_size 32, intermediate_size 64,
+num_hidden_layers 2, num_attention_heads 4, num_key_value_heads 2 (GQA),
+max_position_embeddings 64, rope_theta 10000, rms_norm_eps 1e-6, silu,
+attn_implementation "eager", no sliding window.
+
+`config.json` is written by transformers 5, which stores the rope settings as
+`"rope_parameters": {{"rope_type": ..., "rope_theta": 10000.0, ...}}` (with the
+llama3 keys inside it for llama) rather than the top-level `rope_theta` +
+`rope_scaling` that older checkpoints on the Hub carry; a loader that reads
+real checkpoints should accept both (the script checks that the older layout,
+`"rope_theta": 10000.0` and, for llama, `"rope_scaling": {{"rope_type": "llama3",
+"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+"original_max_position_embeddings": 16}}`, gives transformers the same
+`rope_parameters` and bit-equal logprobs). The tied qwen2 `model.safetensors` has no
+`lm_head.weight` (the head is `model.embed_tokens.weight`).
+
+Weights: `torch.manual_seed(seed)`, the model is constructed (transformers'
+own init), then every parameter, in `named_parameters()` order, is overwritten
+from the same generator: RMSNorm weights (`*norm.weight`: input/post-attention
+layernorms, `model.norm`, qwen3 `q_norm`/`k_norm`) = 1 + 0.1 randn; biases =
+0.1 randn (non-zero); every other weight (embeddings, projections, lm_head) =
+0.2 randn (large enough that attention is far from uniform).
+
+## inputs.json
+
+`{{"input_ids": [[12 ints], [12 ints]], "attention_mask": [[12], [12]]}}`:
+batch 2, length 12, ids uniform in [0, 128) (drawn after the weights, same
+generator); row 1 is right-padded: its last 4 positions have attention_mask 0
+and id 0. The models are run as
+`model(input_ids, attention_mask=attention_mask, use_cache=False)` with no
+`position_ids`, so both rows use positions 0..11 (transformers' default) and
+padded keys are masked out in attention (padded query rows still attend to
+the real keys before them).
+
+## expected.safetensors
+
+With `logits` [2, 12, 128] the model output, `lsm = log_softmax(logits[:, :-1], -1)`:
+
+| tensor | dtype | shape | definition |
+|---|---|---|---|
+| `logprobs` | f32 | [2, 11] | `logprobs[b, t] = lsm[b, t, input_ids[b, t+1]]`; computed at every position, also where the target is padding (the consumer masks) |
+| `mask` | f32 | [2, 11] | `attention_mask[:, 1:]`: 1 everywhere except row 1, t = 7..10 |
+| `entropy` | f32 | [2, 11] | `-(exp(lsm) * lsm).sum(-1)`, entropy of `softmax(logits[b, t])`, every position |
+| `grad.<name>` | f32 | shape of the parameter | d/dp of `sum(logprobs * mask)` for every `(name, p)` in `model.named_parameters()` (HF names; qwen2's tied head appears once, as `grad.model.embed_tokens.weight`, and includes the head's contribution) |
+
+Tensor metadata: one key, `generator` = "tools/make_parity_fixtures.py
+family=<family> transformers=<version> torch=<version>".
+
+All stored values come from an f64 copy of the model (`.to(torch.float64)`,
+same weights, which are f32 values) and are cast to f32. HF's decoders upcast to
+f32, not to the input dtype, in RMSNorm, in the eager softmax and in the
+rotary cos/sin table; for the f64 run those three compute in f64 (same
+formulas; the rotary inverse frequencies stay HF's `inv_freq` buffer, computed
+in f32 at construction). The script checks, and fails otherwise:
+
+- the f32 model (as it runs) against the f64 copy: per parameter
+  `||g32 - g64|| / ||g64|| <= 1e-5` (worst here: {worst_grad}), logprobs and
+  entropy within 1e-5 absolute (worst here: {worst_lp} and {worst_ent});
+- `logprobs == -CrossEntropyLoss(reduction='none')(logits[:, :-1], input_ids[:, 1:])`
+  (to 1e-6 in f32, 1e-12 in f64);
+- `mask` is exactly 0 at the padded targets (row 1, t = 7..10) and 1 elsewhere;
+- every gradient is non-zero; qwen2's q/k/v biases have no zeros;
+- `model.safetensors` holds exactly the named parameters, bit-equal, and
+  `from_pretrained(dir)` reproduces the f32 logprobs bit for bit;
+- the legacy config layout above means the same model.
+
+## Files
+
+{files}
+"""
+
+
+def main():
+    check(transformers.__version__ == "5.24.0", f"transformers {transformers.__version__}, want 5.24.0 (tools/venv.sh)")
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(1)  # deterministic reductions
+    torch.use_deterministic_algorithms(True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    results = []
+    for index, (family, config_cls, model_cls, module, extra) in enumerate(FAMILIES):
+        r = make(index, family, config_cls, model_cls, module, extra)
+        results.append(r)
+        print(f"{family}: {r['params']} parameters, {len(r['names'])} tensors; f32 vs f64: grad rel <= "
+              f"{r['worst_grad_rel']:.2e}, logprobs {r['lp_diff']:.2e}, entropy {r['ent_diff']:.2e}; "
+              f"logprobs in [{r['lp_range'][0]:.3f}, {r['lp_range'][1]:.3f}], "
+              f"entropy in [{r['ent_range'][0]:.3f}, {r['ent_range'][1]:.3f}] (uniform {math.log(VOCAB):.3f})")
+
+    files = sorted(p for p in OUT.rglob("*") if p.is_file() and p.name != "README.md")
+    total = sum(p.stat().st_size for p in files)
+    rows = ["| file | bytes |", "|---|---|"]
+    rows += [f"| `{p.relative_to(OUT)}` | {p.stat().st_size} |" for p in files]
+    rows.append(f"| total (without this README) | {total} |")
+    (OUT / "README.md").write_text(README.format(
+        transformers=transformers.__version__,
+        torch=torch.__version__,
+        safetensors=safetensors.__version__,
+        python=".".join(map(str, sys.version_info[:3])),
+        worst_grad=f"{max(r['worst_grad_rel'] for r in results):.1e}",
+        worst_lp=f"{max(r['lp_diff'] for r in results):.1e}",
+        worst_ent=f"{max(r['ent_diff'] for r in results):.1e}",
+        files="\n".join(rows),
+    ))
+    total += (OUT / "README.md").stat().st_size
+    for p in files:
+        print(f"{p.stat().st_size:>8}  {p.relative_to(ROOT)}")
+    print(f"{total:>8}  total (with README.md), limit {MAX_TOTAL_BYTES}")
+    check(total <= MAX_TOTAL_BYTES, f"fixtures are {total} bytes > {MAX_TOTAL_BYTES}")
+
+
+if __name__ == "__main__":
+    main()

@@ -167,14 +167,14 @@ impl ModelConfig {
         }
         let heads = raw.num_attention_heads;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(unsupported(
                 "num_key_value_heads",
                 format!("{kv_heads} key/value heads must divide {heads} attention heads"),
             ));
         }
         let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(unsupported(
                 "head_dim",
                 format!("{head_dim} must be even and positive for RoPE"),

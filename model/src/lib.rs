@@ -6,12 +6,16 @@
 #![warn(missing_docs)]
 
 pub mod bundled;
+pub mod chat;
 pub mod config;
 pub mod decoder;
 mod error;
+pub mod gguf;
 pub mod load;
 pub mod logprobs;
 pub mod names;
+pub mod pretrained;
+pub mod tokenizer;
 pub mod weights;
 
 pub use error::{Error, Result};

@@ -1,7 +1,9 @@
 //! Subcommands of the `grpo` binary, one module each.
 
 mod bench;
+mod convert;
 mod devices;
+mod logprobs;
 mod platform;
 mod setup;
 
@@ -21,6 +23,10 @@ enum Command {
     Setup(setup::SetupArgs),
     /// Show the plugin, its versions and its devices.
     Devices(platform::PlatformArgs),
+    /// Convert a GGUF model into a Hugging Face folder.
+    Convert(convert::ConvertArgs),
+    /// Log-probabilities of completion tokens under a model (JSONL in, JSONL out).
+    Logprobs(logprobs::LogprobsArgs),
     /// Measure the device: `grpo bench matmul`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -32,6 +38,8 @@ impl Cli {
         match self.command {
             Command::Setup(args) => setup::run(&args),
             Command::Devices(args) => devices::run(&args),
+            Command::Convert(args) => convert::run(&args),
+            Command::Logprobs(args) => logprobs::run(&args),
             Command::Bench(command) => command.run(),
         }
     }

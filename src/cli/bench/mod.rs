@@ -2,6 +2,7 @@
 //! bandwidth use) are reported against.
 
 mod matmul;
+mod model_step;
 mod timing;
 mod train_step;
 
@@ -13,6 +14,9 @@ pub enum BenchCommand {
     /// Time of one compiled training step (forward, backward, clipping, AdamW)
     /// of a benchmark model, to compare with `bench/train_step_torch.py`.
     TrainStep(train_step::TrainStepArgs),
+    /// Time of a pretrained model's training forward + backward (one
+    /// compiled program), to compare with `bench/model_step_torch.py`.
+    ModelStep(model_step::ModelStepArgs),
 }
 
 impl BenchCommand {
@@ -21,6 +25,7 @@ impl BenchCommand {
         match self {
             BenchCommand::Matmul(args) => matmul::run(&args),
             BenchCommand::TrainStep(args) => train_step::run(&args),
+            BenchCommand::ModelStep(args) => model_step::run(&args),
         }
     }
 }

@@ -89,3 +89,140 @@ fn bad_choices_are_errors_that_say_what_to_do() {
         "{message}"
     );
 }
+
+/// `grpo` with the real cache folder (for the bundled model).
+fn grpo_installed(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_grpo")).args(args).output().unwrap()
+}
+
+fn parity_fixture(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("model/tests/fixtures/parity")
+        .join(family)
+}
+
+#[test]
+fn logprobs_of_token_ids_match_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    // Row 0 of the qwen3 fixture: prompt = its first 5 tokens, completion = the other 7.
+    let fixture = parity_fixture("qwen3");
+    let inputs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("inputs.json")).unwrap()).unwrap();
+    let ids: Vec<u64> = inputs["input_ids"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let line = serde_json::json!({"prompt_ids": &ids[..5], "completion_ids": &ids[5..]});
+    std::fs::write(&input, format!("{line}\n\n{line}\n")).unwrap();
+    let text = stdout(&grpo(
+        dir.path(),
+        &[
+            "logprobs",
+            "--model",
+            fixture.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+    ));
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "one output line per request, blank lines skipped: {text}"
+    );
+    let got: Vec<f64> = lines[0]["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(got.len(), 7);
+    // Expected: transformers' log-probs of tokens 5..12 (positions 4..11 of the fixture).
+    let expected = std::fs::read(fixture.join("expected.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&expected).unwrap();
+    let view = tensors.tensor("logprobs").unwrap();
+    let want: Vec<f32> = view
+        .data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    for (i, g) in got.iter().enumerate() {
+        assert!(
+            (g - f64::from(want[4 + i])).abs() < 1e-4,
+            "token {i}: {g} vs {}",
+            want[4 + i]
+        );
+    }
+}
+
+#[test]
+fn logprobs_input_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let model = parity_fixture("llama");
+    std::fs::write(
+        &input,
+        "{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n{\"prompt\": \"hi\", \"completion\": \"x\"}\n",
+    )
+    .unwrap();
+    let out = grpo(
+        dir.path(),
+        &[
+            "logprobs",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+    );
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && message.contains("in.jsonl:2") && message.contains("tokenizer"),
+        "{message}"
+    );
+    std::fs::write(&input, "{\"prompt_ids\": [1, 2], \"completion_ids\": []}\n").unwrap();
+    let out = grpo(
+        dir.path(),
+        &[
+            "logprobs",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+    );
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && message.contains("in.jsonl:1"), "{message}");
+}
+
+#[test]
+fn init_model_writes_a_model_that_scores_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny");
+    let out = grpo_installed(&["init-model", "--family", "qwen2", "--out", model.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"prompt\": \"Janet has 1234 eggs.\", \"completion\": \" She eats 3.\"}\n",
+    )
+    .unwrap();
+    let text = stdout(&grpo_installed(&[
+        "logprobs",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]));
+    let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let logprobs = line["logprobs"].as_array().unwrap();
+    // " She eats 3." is Ġshe-like tokens + Ġ + 3 + .: at least 4 tokens, each about -ln(49152) for random weights.
+    assert!(logprobs.len() >= 4, "{text}");
+    assert!(
+        logprobs.iter().all(|v| (v.as_f64().unwrap() + 10.8).abs() < 1.5),
+        "{text}"
+    );
+}

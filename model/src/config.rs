@@ -45,6 +45,17 @@ impl Family {
     }
 }
 
+impl std::str::FromStr for Family {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Family> {
+        [Family::Llama, Family::Qwen2, Family::Qwen3]
+            .into_iter()
+            .find(|f| f.model_type() == name)
+            .ok_or_else(|| unsupported("family", format!("`{name}` is not one of llama, qwen2, qwen3")))
+    }
+}
+
 /// Llama 3 RoPE frequency scaling (`rope_scaling.rope_type = "llama3"`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Llama3RopeScaling {
@@ -244,6 +255,46 @@ impl ModelConfig {
     }
 }
 
+impl ModelConfig {
+    /// The Hugging Face `config.json` of this config (what transformers reads back).
+    pub fn to_hf_json(&self) -> Value {
+        let rope_scaling = self.rope_scaling.map(|s| {
+            serde_json::json!({
+                "rope_type": "llama3",
+                "factor": s.factor,
+                "low_freq_factor": s.low_freq_factor,
+                "high_freq_factor": s.high_freq_factor,
+                "original_max_position_embeddings": s.original_max_positions,
+            })
+        });
+        let mut json = serde_json::json!({
+            "architectures": [self.family.architecture()],
+            "model_type": self.family.model_type(),
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "rope_theta": self.rope_theta,
+            "rope_scaling": rope_scaling,
+            "rms_norm_eps": self.rms_norm_eps,
+            "max_position_embeddings": self.max_positions,
+            "tie_word_embeddings": self.tie_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_ids.first(),
+            "torch_dtype": "float32",
+        });
+        if self.family == Family::Llama {
+            json["attention_bias"] = Value::Bool(self.qkv_bias);
+            json["mlp_bias"] = Value::Bool(false);
+        }
+        json
+    }
+}
+
 fn family_of(raw: &RawConfig) -> Result<Family> {
     let by_architecture = raw.architectures.iter().find_map(|a| match a.as_str() {
         "LlamaForCausalLM" => Some(Family::Llama),
@@ -331,6 +382,12 @@ mod tests {
         assert_eq!(inv.len(), 32);
         assert_eq!(inv[0], 1.0);
         assert!((inv[1] - 100000f32.powf(-2.0 / 64.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_hf_json_reads_back_the_same() {
+        let c = ModelConfig::from_json(LLAMA).unwrap();
+        assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
     }
 
     #[test]

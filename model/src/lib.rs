@@ -11,6 +11,7 @@ pub mod config;
 pub mod decoder;
 mod error;
 pub mod gguf;
+pub mod init;
 pub mod load;
 pub mod logprobs;
 pub mod names;

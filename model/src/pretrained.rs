@@ -133,11 +133,8 @@ impl Pretrained {
     }
 }
 
-/// Writes a GGUF file as a Hugging Face folder: config.json,
-/// model.safetensors (f32), tokenizer.json, tokenizer_config.json and
-/// generation_config.json; config.json is written last, so an interrupted
-/// conversion leaves no folder that looks complete. Returns the number of
-/// tensors written.
+/// Writes a GGUF file as a Hugging Face folder (see [`write_model_dir`]).
+/// Returns the number of tensors written.
 pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     let file = GgufFile::open(gguf)?;
     let config_json = hf_config_json(&file)?;
@@ -148,6 +145,21 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     for spec in parameters(&config) {
         tensors.insert(spec.name.clone(), weights.tensor(&spec.name)?);
     }
+    write_model_dir(out, &config_json, &config, &tensors, &tokenizer)?;
+    Ok(tensors.len())
+}
+
+/// Writes a Hugging Face model folder: config.json, model.safetensors (f32),
+/// tokenizer.json, tokenizer_config.json and generation_config.json.
+/// config.json is written last, so an interrupted write leaves no folder
+/// that looks complete.
+pub fn write_model_dir(
+    out: &Path,
+    config_json: &serde_json::Value,
+    config: &ModelConfig,
+    tensors: &BTreeMap<String, HostTensor>,
+    tokenizer: &Tokenizer,
+) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io("create", out, e))?;
     let write_json = |name: &str, value: &serde_json::Value| -> Result<()> {
         let path = out.join(name);
@@ -160,8 +172,6 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     });
     write_json("generation_config.json", &generation)?;
     tokenizer.save(out)?;
-    save_safetensors(out.join("model.safetensors"), &tensors)?;
-    // Last, so that a folder with a config.json is a complete one.
-    write_json("config.json", &config_json)?;
-    Ok(tensors.len())
+    save_safetensors(out.join("model.safetensors"), tensors)?;
+    write_json("config.json", config_json)
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod convert;
 mod devices;
+mod init_model;
 mod logprobs;
 mod platform;
 mod setup;
@@ -25,6 +26,8 @@ enum Command {
     Devices(platform::PlatformArgs),
     /// Convert a GGUF model into a Hugging Face folder.
     Convert(convert::ConvertArgs),
+    /// Write a random model (config, weights, tokenizer) for tests and experiments.
+    InitModel(init_model::InitModelArgs),
     /// Log-probabilities of completion tokens under a model (JSONL in, JSONL out).
     Logprobs(logprobs::LogprobsArgs),
     /// Measure the device: `grpo bench matmul`.
@@ -39,6 +42,7 @@ impl Cli {
             Command::Setup(args) => setup::run(&args),
             Command::Devices(args) => devices::run(&args),
             Command::Convert(args) => convert::run(&args),
+            Command::InitModel(args) => init_model::run(&args),
             Command::Logprobs(args) => logprobs::run(&args),
             Command::Bench(command) => command.run(),
         }

@@ -1,0 +1,127 @@
+//! Safetensors checkpoints: dtypes, shards, round trips, and bad files
+//! giving errors that name the file and tensor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+use half::{bf16, f16};
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+
+fn write_raw(path: &Path, tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None::<HashMap<String, String>>, path).unwrap();
+}
+
+#[test]
+fn f32_bf16_and_f16_tensors_read_as_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = [0.5f32, -1.25, 3.0, 0.0];
+    let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let bf16_bytes: Vec<u8> = values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect();
+    let f16_bytes: Vec<u8> = values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect();
+    write_raw(
+        &dir.path().join("model.safetensors"),
+        &[
+            ("a", Dtype::F32, vec![2, 2], f32_bytes),
+            ("b", Dtype::BF16, vec![4], bf16_bytes),
+            ("c", Dtype::F16, vec![1, 4], f16_bytes),
+            ("d", Dtype::I64, vec![1], 7i64.to_le_bytes().to_vec()),
+        ],
+    );
+    let weights = Safetensors::open_dir(dir.path()).unwrap();
+    assert_eq!(weights.names(), ["a", "b", "c", "d"]);
+    for (name, dims) in [("a", vec![2, 2]), ("b", vec![4]), ("c", vec![1, 4])] {
+        let t = weights.tensor(name).unwrap();
+        assert_eq!(t.dims, dims);
+        assert_eq!(t.data, values);
+    }
+    let error = weights.tensor("d").unwrap_err().to_string();
+    assert!(
+        error.contains("model.safetensors") && error.contains("`d`") && error.contains("I64"),
+        "{error}"
+    );
+    let missing = weights.tensor("e").unwrap_err().to_string();
+    assert!(
+        missing.contains("`e`") && missing.contains("not in the checkpoint"),
+        "{missing}"
+    );
+}
+
+#[test]
+fn sharded_checkpoints_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = HostTensor::new(vec![2], vec![1.0, 2.0]).unwrap();
+    let two = HostTensor::new(vec![1, 3], vec![3.0, 4.0, 5.0]).unwrap();
+    save_safetensors(
+        dir.path().join("part-1.safetensors"),
+        &BTreeMap::from([("x".to_string(), one.clone())]),
+    )
+    .unwrap();
+    save_safetensors(
+        dir.path().join("part-2.safetensors"),
+        &BTreeMap::from([("y".to_string(), two.clone())]),
+    )
+    .unwrap();
+    let index =
+        serde_json::json!({"metadata": {}, "weight_map": {"x": "part-1.safetensors", "y": "part-2.safetensors"}});
+    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let weights = Safetensors::open_dir(dir.path()).unwrap();
+    assert_eq!(weights.tensor("x").unwrap(), one);
+    assert_eq!(weights.tensor("y").unwrap(), two);
+}
+
+#[test]
+fn corrupt_and_truncated_files_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    std::fs::write(&path, b"this is not a checkpoint").unwrap();
+    let error = Safetensors::open_dir(dir.path()).err().unwrap().to_string();
+    assert!(
+        error.contains("model.safetensors") && error.contains("not a valid safetensors"),
+        "{error}"
+    );
+
+    let good = HostTensor::new(vec![64], vec![1.5; 64]).unwrap();
+    save_safetensors(&path, &BTreeMap::from([("w".to_string(), good)])).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [4, 12, bytes.len() - 10] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let error = Safetensors::open_dir(dir.path()).err().unwrap().to_string();
+        assert!(error.contains("model.safetensors"), "cut at {cut}: {error}");
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let error = Safetensors::open_dir(empty.path()).err().unwrap().to_string();
+    assert!(error.contains("model.safetensors.index.json"), "{error}");
+}
+
+#[test]
+fn a_checkpoint_of_the_wrong_shape_is_refused_naming_the_tensor() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity/llama");
+    let text = std::fs::read_to_string(fixture.join("config.json")).unwrap();
+    let wider = text.replace("\"intermediate_size\": 64", "\"intermediate_size\": 96");
+    let decoder = Decoder::new(ModelConfig::from_json(&wider).unwrap());
+    let weights = Safetensors::open_dir(&fixture).unwrap();
+    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
+    let client = Client::new(
+        &plugin,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap();
+    let error = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("mlp.gate_proj.weight") && error.contains("[64, 32]") && error.contains("[96, 32]"),
+        "{error}"
+    );
+}

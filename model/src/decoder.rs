@@ -8,7 +8,7 @@
 //! a KV cache the rollout engine owns).
 
 use grpo_xla::trace::Tensor;
-use grpo_xla::{ElementType, Result};
+use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
 use crate::names::{ParamSpec, parameters};
@@ -65,6 +65,27 @@ fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     let mean_square = x32.square()?.mean(&[last])?.reshape(&keep_last(x.dims()))?;
     let normed = x32.mul(&mean_square.add_scalar(eps)?.rsqrt()?)?;
     weight.mul(&normed.convert(x.dtype())?)
+}
+
+/// `cache` `[B, kv, S, hd]` with `new` `[B, kv, T, hd]` written at the
+/// slots `written` `[B, T, S]` marks (one slot per token).
+fn write_slots(cache: &Tensor, new: &Tensor, written: &Tensor) -> Result<Tensor> {
+    let dtype = new.dtype();
+    let graph = written.graph();
+    let one_hot = written.select(
+        &graph.full(1.0, dtype, written.dims())?,
+        &graph.full(0.0, dtype, written.dims())?,
+    )?;
+    // [B, T, S] · [B, kv, T, hd] over T, batched over B → [B, S, kv, hd].
+    let placed = one_hot
+        .dot_general(new, &[0], &[0], &[1], &[2])?
+        .transpose(&[0, 2, 1, 3])?;
+    let (b, s) = (cache.dims()[0], cache.dims()[2]);
+    let any = one_hot
+        .sum(&[1])?
+        .gt(&one_hot.scalar_like(0.0)?.broadcast_to(&[b, s])?)?;
+    let any = any.reshape(&[b, 1, s, 1])?.broadcast_to(cache.dims())?;
+    any.select(&placed, cache)
 }
 
 /// `dims` with the last axis of size 1.
@@ -144,46 +165,98 @@ impl Decoder {
     /// `[B, T]`, where `mask` `[B, T]` (pred) marks real tokens: each token
     /// attends to the real tokens at or before it.
     pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let c = &self.config;
-        let w = self.weights(tensors);
         let graph = ids.graph();
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
-        let embed = w.get("model.embed_tokens.weight")?;
-        let dtype = embed.dtype();
-        let (cos, sin) = self.rotary(positions, dtype)?;
-        let rope = |x: &Tensor| -> Result<Tensor> { x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?) };
         let row = graph.iota(ElementType::S32, &[t, t], 0)?;
         let col = graph.iota(ElementType::S32, &[t, t], 1)?;
         let causal = col.le(&row)?.reshape(&[1, t, t])?;
         let allowed = causal.and(&mask.reshape(&[b, 1, t])?)?;
+        self.forward(tensors, ids, positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))
+    }
+
+    /// Types of a KV cache for `batch` sequences of up to `capacity` tokens:
+    /// per layer, keys then values, each `[batch, kv_heads, capacity, head_dim]`.
+    pub fn cache_types(&self, batch: i64, capacity: i64, dtype: ElementType) -> Vec<TensorType> {
+        let c = &self.config;
+        let dims = [batch, c.kv_heads as i64, capacity, c.head_dim as i64];
+        (0..2 * c.layers).map(|_| TensorType::new(dtype, dims)).collect()
+    }
+
+    /// Logits of `ids` `[B, T]` at `positions` `[B, T]` attending through a
+    /// KV cache (as [`Decoder::cache_types`], flattened keys/values per
+    /// layer): the new keys and values are written at their positions, and
+    /// each token attends to every cached position at or before its own.
+    /// Returns the logits and the updated cache. Prefill (T tokens) and
+    /// decode (T = 1) are the same function with other shapes.
+    pub fn logits_with_cache(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        cache: &[Tensor],
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let graph = ids.graph();
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let capacity = cache.first().map_or(0, |k| k.dims()[2]);
+        let slots = graph.iota(ElementType::S32, &[1, 1, capacity], 2)?;
+        let at = positions.reshape(&[b, t, 1])?;
+        // written[b, t, s]: token t goes to slot s; allowed: slot s is at or before token t.
+        let written = slots.eq(&at)?;
+        let allowed = slots.le(&at)?;
+        let mut updated = Vec::with_capacity(cache.len());
+        let logits = self.forward(tensors, ids, positions, |layer, q, k, v| {
+            let k = write_slots(&cache[2 * layer], &k, &written)?;
+            let v = write_slots(&cache[2 * layer + 1], &v, &written)?;
+            let context = self.attend(&q, &k, &v, &allowed)?;
+            updated.push(k);
+            updated.push(v);
+            Ok(context)
+        })?;
+        Ok((logits, updated))
+    }
+
+    /// The decoder stack; `attend(layer, q, k, v)` turns the rotated
+    /// queries, keys and values of a layer into its attention context
+    /// `[B, heads, T, head_dim]`.
+    fn forward(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        mut attend: impl FnMut(usize, Tensor, Tensor, Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let w = self.weights(tensors);
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let embed = w.get("model.embed_tokens.weight")?;
+        let (cos, sin) = self.rotary(positions, embed.dtype())?;
+        let rope = |x: &Tensor| -> Result<Tensor> { x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?) };
         let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
 
         let mut x = embed.take(ids, 0)?;
         for layer in 0..c.layers {
             let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
-            let bias =
-                |leaf: &str| -> Result<Option<&Tensor>> { if c.qkv_bias { Ok(Some(p(leaf)?)) } else { Ok(None) } };
+            let project = |name: &str, n: i64, input: &Tensor| -> Result<Tensor> {
+                let bias = if c.qkv_bias {
+                    Some(p(&format!("self_attn.{name}.bias"))?)
+                } else {
+                    None
+                };
+                linear(input, p(&format!("self_attn.{name}.weight"))?, bias)?
+                    .reshape(&[b, t, n, hd])?
+                    .transpose(&[0, 2, 1, 3])
+            };
             let h = rms_norm(&x, p("input_layernorm.weight")?, c.rms_norm_eps)?;
-            let split = |y: Tensor, n: i64| -> Result<Tensor> { y.reshape(&[b, t, n, hd])?.transpose(&[0, 2, 1, 3]) };
-            let mut q = split(
-                linear(&h, p("self_attn.q_proj.weight")?, bias("self_attn.q_proj.bias")?)?,
-                heads,
-            )?;
-            let mut k = split(
-                linear(&h, p("self_attn.k_proj.weight")?, bias("self_attn.k_proj.bias")?)?,
-                kv,
-            )?;
-            let v = split(
-                linear(&h, p("self_attn.v_proj.weight")?, bias("self_attn.v_proj.bias")?)?,
-                kv,
-            )?;
+            let (mut q, mut k, v) = (
+                project("q_proj", heads, &h)?,
+                project("k_proj", kv, &h)?,
+                project("v_proj", kv, &h)?,
+            );
             if c.qk_norm {
                 q = rms_norm(&q, p("self_attn.q_norm.weight")?, c.rms_norm_eps)?;
                 k = rms_norm(&k, p("self_attn.k_norm.weight")?, c.rms_norm_eps)?;
             }
-            let (q, k) = (rope(&q)?, rope(&k)?);
-            let context = self
-                .attend(&q, &k, &v, &allowed)?
+            let context = attend(layer, rope(&q)?, rope(&k)?, v)?
                 .transpose(&[0, 2, 1, 3])?
                 .reshape(&[b, t, heads * hd])?;
             x = x.add(&linear(&context, p("self_attn.o_proj.weight")?, None)?)?;

@@ -185,3 +185,36 @@ fn the_logprobs_runner_pads_without_changing_results() {
     let error = runner.run(&params, &[vec![5, 999]]).unwrap_err().to_string();
     assert!(error.contains("999") && error.contains("vocabulary"), "{error}");
 }
+
+/// bf16 parameters: the same program in bf16 stays close to transformers' f32.
+#[test]
+fn bf16_parameters_stay_close() {
+    let dir = fixture("llama");
+    let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
+    let weights = Safetensors::open_dir(&dir).unwrap();
+    let expected = Safetensors::open_files(&[dir.join("expected.safetensors")]).unwrap();
+    let client = cpu_client();
+    let params = upload_parameters(
+        &client,
+        client.device(0).unwrap(),
+        &decoder,
+        &weights,
+        ElementType::Bf16,
+    )
+    .unwrap();
+    assert!(params.iter().all(|p| p.dtype() == ElementType::Bf16));
+    let input = inputs(&dir);
+    let row: Vec<u32> = input.ids[0].iter().map(|&i| i as u32).collect();
+    let runner = grpo_model::logprobs::LogprobsRunner::new(&client, decoder, ElementType::Bf16);
+    let stats = runner.run(&params, &[row]).unwrap();
+    let want = expected.tensor("logprobs").unwrap().data;
+    let worst = stats[0]
+        .logprobs
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0f32, f32::max);
+    println!("llama bf16: max |grpo bf16 - transformers f32| = {worst:e}");
+    assert!(worst < 0.1, "bf16 log-probs drift by {worst}");
+    assert!(worst > 0.0, "bf16 must really round");
+}

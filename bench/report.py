@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Side-by-side table of `grpo bench train-step` against bench/train_step_torch.py.
+"""Side-by-side tables of grpo's benchmarks against their PyTorch competitors.
 
 Reads JSON lines from the files named on the command line, or from stdin:
 
   train step:  {"impl": "grpo"|"torch", "model": "mlp", "median_ms": .., "best_ms": .., "runs": 7}
+  model step:  {"impl": "grpo"|"torch-eager"|"torch-sdpa", "model": "smollm2-135m",
+                "dtype": "f32"|"bf16", "batch": 8, "seq": 256, "median_ms": .., "best_ms": .., "runs": 3}
   matmul:      {"dtype": "f32", "n": 2048, "median_ms": .., "best_ms": .., "gflops": ..}
+
+Train-step lines (`grpo bench train-step`, bench/train_step_torch.py) and
+model-step lines (`grpo bench model-step`, bench/model_step_torch.py; told
+apart by their "batch" and "seq" fields) get one table each; a file may hold
+either or both.
 
 Any other line (a log line, a blank, broken JSON) is skipped, with a note on
 stderr for lines that start with "{" but do not parse. Several lines for the
@@ -13,8 +20,15 @@ of their medians (and the best of their bests). The ceiling is the median
 `gflops` of the f32 n=2048 matmul lines. FLOPs per step come from a line's
 "flops" field if it has one, else from train_step_torch.train_step_flops.
 
-Columns: model, grpo and torch median ms, speed-up (torch / grpo: above 1 means
-grpo is faster), achieved GFLOP/s of each, and each as a share of the ceiling.
+Train-step columns: model, grpo and torch median ms, speed-up (torch / grpo:
+above 1 means grpo is faster), achieved GFLOP/s of each, and each as a share
+of the ceiling.
+
+Model-step rows are one per (model, batch x seq, dtype, impl): median ms
+(median of the rounds' medians), tokens/s (batch * seq tokens per step),
+GFLOP/s (model_step_torch.step_flops, or a line's "flops" field), MFU (that
+as a share of the median n=2048 matmul GFLOP/s of the same dtype) and grpo's
+speed-up over the row (row ms / grpo ms of the same model, shape and dtype).
 Needs no torch.
 """
 
@@ -26,6 +40,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_step_torch import train_step_flops  # noqa: E402  (torch-free)
+from model_step_torch import model_flops  # noqa: E402  (torch-free)
 
 IMPLS = ("grpo", "torch")
 CEILING_DTYPE = "f32"
@@ -58,12 +73,34 @@ def _number(value):
     return value if 0 < value < float("inf") else None
 
 
-def is_train_step(record):
+def _is_timing(record):
     return (
         isinstance(record.get("impl"), str)
         and isinstance(record.get("model"), str)
         and _number(record.get("median_ms")) is not None
     )
+
+
+def _count(value):
+    """`value` as a positive int, or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
+
+
+def is_model_step(record):
+    """A `grpo bench model-step` / model_step_torch.py line."""
+    return (
+        _is_timing(record)
+        and isinstance(record.get("dtype"), str)
+        and _count(record.get("batch")) is not None
+        and _count(record.get("seq")) is not None
+    )
+
+
+def is_train_step(record):
+    """A `grpo bench train-step` / train_step_torch.py line (no batch or seq)."""
+    return _is_timing(record) and "batch" not in record and "seq" not in record
 
 
 def is_matmul(record):
@@ -191,13 +228,148 @@ def format_table(rows, ceiling=None):
     return "\n".join(lines)
 
 
+# --- model step ---------------------------------------------------------------
+
+MODEL_IMPLS = ("grpo", "torch-eager", "torch-sdpa")
+MODEL_DTYPES = ("f32", "bf16")
+
+
+def model_step_flops(model, batch, seq, records=()):
+    """FLOPs per step: a matching line's "flops" field, else the analytic count, else None."""
+    for r in records:
+        if (
+            is_model_step(r)
+            and (r["model"], r["batch"], r["seq"]) == (model, batch, seq)
+            and _number(r.get("flops")) is not None
+        ):
+            return float(r["flops"])
+    flops = model_flops(model, batch, seq)
+    return None if flops is None else float(flops)
+
+
+def aggregate_model_steps(records):
+    """{(model, batch, seq, dtype, impl): {"median_ms", "best_ms", "rounds", "runs"}}."""
+    groups = {}
+    for r in records:
+        if is_model_step(r):
+            key = (r["model"], r["batch"], r["seq"], r["dtype"], r["impl"])
+            groups.setdefault(key, []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        bests = [b for b in (_number(r.get("best_ms")) for r in rs) if b is not None]
+        out[key] = {
+            "median_ms": statistics.median(_number(r["median_ms"]) for r in rs),
+            "best_ms": min(bests) if bests else None,
+            "rounds": len(rs),
+            "runs": sum(int(r.get("runs") or 0) for r in rs),
+        }
+    return out
+
+
+def _order(value, known):
+    return (known.index(value), "") if value in known else (len(known), value)
+
+
+def matmul_ceilings(records, n=CEILING_N):
+    """{dtype: median GFLOP/s of the n x n matmul lines of that dtype}."""
+    dtypes = {r["dtype"] for r in records if is_matmul(r) and r["n"] == n}
+    return {d: matmul_ceiling(records, d, n) for d in dtypes}
+
+
+def build_model_rows(records):
+    """One dict per (model, batch, seq, dtype, impl), grpo first within each dtype."""
+    stats = aggregate_model_steps(records)
+    ceilings = matmul_ceilings(records)
+    keys = sorted(
+        stats,
+        key=lambda k: (k[0], k[1], k[2], _order(k[3], MODEL_DTYPES), _order(k[4], MODEL_IMPLS)),
+    )
+    rows = []
+    for model, batch, seq, dtype, impl in keys:
+        s = stats[(model, batch, seq, dtype, impl)]
+        grpo = stats.get((model, batch, seq, dtype, "grpo"))
+        flops = model_step_flops(model, batch, seq, records)
+        ms = s["median_ms"]
+        rate = gflops(flops, ms)
+        ceiling = ceilings.get(dtype)
+        rows.append(
+            {
+                "model": model,
+                "batch": batch,
+                "seq": seq,
+                "dtype": dtype,
+                "impl": impl,
+                "flops": flops,
+                "median_ms": ms,
+                "best_ms": s["best_ms"],
+                "rounds": s["rounds"],
+                "runs": s["runs"],
+                "tokens_per_s": batch * seq / (ms * 1e-3),
+                "gflops": rate,
+                "ceiling": ceiling,
+                "mfu": _ratio(rate, ceiling),
+                "speedup": None if impl == "grpo" or grpo is None else _ratio(ms, grpo["median_ms"]),
+            }
+        )
+    return rows
+
+
+def format_model_table(rows, ceilings=None):
+    """A Markdown table of `rows` (from build_model_rows), the ceilings named above it."""
+    ceilings = ceilings or {}
+    named = [
+        f"{d} {ceilings[d]:.1f} GFLOP/s"
+        for d in sorted(ceilings, key=lambda d: _order(d, MODEL_DTYPES))
+        if ceilings[d] is not None
+    ]
+    lines = [
+        f"model step (forward + backward): {CEILING_N} matmul ceilings (grpo bench matmul): "
+        + (", ".join(named) if named else "not measured"),
+        "",
+    ]
+    header = [
+        "model", "B×S", "dtype", "impl", "GFLOP/step", "median ms", "tokens/s",
+        "GFLOP/s", "MFU (same-dtype ceiling)", "grpo speed-up (impl ms / grpo ms)",
+    ]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join("---" if i < 4 else "---:" for i in range(len(header))) + "|")
+    for r in rows:
+        cells = [
+            r["model"],
+            f"{r['batch']}×{r['seq']}",
+            r["dtype"],
+            r["impl"],
+            _fmt(r["flops"], ".1f", scale=1e-9),
+            _fmt(r["median_ms"], ".1f"),
+            _fmt(r["tokens_per_s"], ".1f"),
+            _fmt(r["gflops"], ".1f"),
+            _fmt(r["mfu"], ".0f", "%", 100.0),
+            "—" if r["impl"] == "grpo" else _fmt(r["speedup"], ".2f", "x"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    rounds = sorted({r["rounds"] for r in rows})
+    lines.append("")
+    lines.append(
+        "ms: median over rounds of each round's median; rounds per row: "
+        + ", ".join(str(n) for n in rounds)
+        + "; speed-up above 1 means grpo is faster"
+    )
+    return "\n".join(lines)
+
+
 def report(lines, warn=None):
-    """The whole report for the JSON `lines`."""
+    """The whole report for the JSON `lines`: the model-step table, the train-step table."""
     records = parse_lines(lines, warn)
+    parts = []
+    model_rows = build_model_rows(records)
+    if model_rows:
+        parts.append(format_model_table(model_rows, matmul_ceilings(records)))
     rows = build_rows(records)
-    if not rows:
-        raise ValueError("no train-step lines found")
-    return format_table(rows, matmul_ceiling(records))
+    if rows:
+        parts.append(format_table(rows, matmul_ceiling(records)))
+    if not parts:
+        raise ValueError("no train-step or model-step lines found")
+    return "\n\n".join(parts)
 
 
 def main(argv=None):

@@ -1,4 +1,5 @@
-"""Self-check of report.py and the FLOP counts of train_step_torch.py on made-up lines.
+"""Self-check of report.py and the FLOP counts of train_step_torch.py and
+model_step_torch.py on made-up lines.
 
 The numbers below are invented round values to check the arithmetic; they are
 no measurement. Run: python3 -m unittest discover -s bench -p 'test_*.py'
@@ -12,6 +13,7 @@ import unittest
 from contextlib import redirect_stdout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_step_torch  # noqa: E402
 import report  # noqa: E402
 import train_step_torch  # noqa: E402
 
@@ -115,6 +117,144 @@ class ReportTest(unittest.TestCase):
     def test_no_train_step_lines(self):
         with self.assertRaises(ValueError):
             report.report(['{"dtype": "f32", "n": 2048, "gflops": 1.0}'])
+
+
+MODEL_SAMPLE = """\
+{"meta": {"commit": "abc1234", "cpus": 2}}
+{"impl": "grpo", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 10000.0, "best_ms": 9000.0, "runs": 3}
+{"impl": "torch-eager", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 16000.0, "best_ms": 15000.0, "runs": 3}
+{"impl": "torch-sdpa", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 15000.0, "best_ms": 14000.0, "runs": 3}
+{"impl": "grpo", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 12000.0, "best_ms": 8000.0, "runs": 3}
+{"impl": "torch-eager", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 20000.0, "best_ms": 15500.0, "runs": 3}
+{"impl": "torch-sdpa", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 17000.0, "best_ms": 14500.0, "runs": 3}
+{"impl": "torch-sdpa", "model": "smollm2-135m", "dtype": "bf16", "batch": 8, "seq": 256, "median_ms": 4000.0, "best_ms": 3900.0, "runs": 3}
+{"impl": "grpo", "model": "smollm2-135m", "dtype": "bf16", "batch": 8, "seq": 256, "median_ms": 8000.0, "best_ms": 7900.0, "runs": 3}
+{"dtype": "f32", "n": 2048, "median_ms": 40.0, "best_ms": 39.0, "gflops": 400.0}
+{"dtype": "bf16", "n": 2048, "median_ms": 20.0, "best_ms": 19.0, "gflops": 800.0}
+{"dtype": "bf16", "n": 1024, "median_ms": 2.0, "best_ms": 2.0, "gflops": 1000.0}
+"""
+
+SMOLLM2_FLOPS = 1_761_205_026_816  # the docstring of model_step_torch.py
+
+
+class ModelFlopsTest(unittest.TestCase):
+    def test_smollm2_counts(self):
+        counts = model_step_torch.step_flops(model_step_torch.SMOLLM2_135M)
+        self.assertEqual(counts["params"], 134_479_872)
+        self.assertEqual(counts["weights"], 6 * 134_479_872 * 2048)
+        self.assertEqual(counts["attention"], 108_716_359_680)
+        self.assertEqual(counts["flops"], SMOLLM2_FLOPS)
+        self.assertEqual(model_step_torch.model_flops("smollm2-135m"), SMOLLM2_FLOPS)
+        self.assertIsNone(model_step_torch.model_flops("gpt"))
+
+    def test_shape_scaling(self):
+        cfg = model_step_torch.SMOLLM2_135M
+        one = model_step_torch.step_flops(cfg, batch=1, seq=256)
+        self.assertEqual(one["flops"] * 8, SMOLLM2_FLOPS)
+        half = model_step_torch.step_flops(cfg, batch=8, seq=128)
+        self.assertEqual(half["weights"] * 2, 6 * 134_479_872 * 2048)
+        self.assertEqual(half["attention"] * 4, 108_716_359_680)
+
+    def test_params_override_and_head_dim_default(self):
+        cfg = dict(model_step_torch.SMOLLM2_135M)
+        del cfg["head_dim"]  # 576 / 9 = 64
+        self.assertEqual(model_step_torch.linear_params(cfg), 134_479_872)
+        self.assertEqual(model_step_torch.step_flops(cfg, 1, 2, params=1)["weights"], 12)
+
+    def test_design_relation(self):
+        # 131 tokens/s (DESIGN's torch eager f32 figure) in GFLOP/s.
+        per_token = SMOLLM2_FLOPS / 2048
+        self.assertAlmostEqual(131 * per_token / 1e9, 112.66, places=2)
+        self.assertAlmostEqual(131 * 6 * 134_479_872 / 1e9, 105.70, places=2)
+
+    def test_flops_flag_needs_no_torch(self):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            self.assertEqual(
+                model_step_torch.main(["--flops", "--model-dir", "/nonexistent"]), 0
+            )
+        self.assertIn('"flops": 1761205026816', out.getvalue())
+        self.assertIn('"config": "built-in"', out.getvalue())
+
+    def test_result_line(self):
+        line = model_step_torch.result_line("sdpa", "bf16", 8, 256, [3.0, 1.0, 2.0])
+        self.assertEqual(
+            line,
+            '{"impl": "torch-sdpa", "model": "smollm2-135m", "dtype": "bf16", "batch": 8, '
+            '"seq": 256, "median_ms": 2000.0, "best_ms": 1000.0, "runs": 3}',
+        )
+
+
+class ModelReportTest(unittest.TestCase):
+    def setUp(self):
+        self.records = report.parse_lines(MODEL_SAMPLE.splitlines())
+
+    def test_kinds_are_apart(self):
+        self.assertEqual(sum(map(report.is_model_step, self.records)), 8)
+        self.assertFalse(any(map(report.is_train_step, self.records)))
+        self.assertEqual(report.build_rows(self.records), [])
+
+    def test_ceilings_per_dtype(self):
+        self.assertEqual(report.matmul_ceilings(self.records), {"f32": 400.0, "bf16": 800.0})
+
+    def test_rows(self):
+        rows = report.build_model_rows(self.records)
+        self.assertEqual(
+            [(r["dtype"], r["impl"]) for r in rows],
+            [("f32", "grpo"), ("f32", "torch-eager"), ("f32", "torch-sdpa"),
+             ("bf16", "grpo"), ("bf16", "torch-sdpa")],
+        )
+        grpo, eager, sdpa, bgrpo, bsdpa = rows
+        self.assertEqual(grpo["median_ms"], 11000.0)
+        self.assertEqual(grpo["best_ms"], 8000.0)
+        self.assertEqual(grpo["rounds"], 2)
+        self.assertIsNone(grpo["speedup"])
+        self.assertAlmostEqual(grpo["tokens_per_s"], 2048 / 11.0)
+        self.assertAlmostEqual(grpo["gflops"], SMOLLM2_FLOPS / 11.0 / 1e9)
+        self.assertAlmostEqual(grpo["mfu"], SMOLLM2_FLOPS / 11.0 / 1e9 / 400.0)
+        self.assertAlmostEqual(eager["speedup"], 18000.0 / 11000.0)
+        self.assertAlmostEqual(sdpa["speedup"], 16000.0 / 11000.0)
+        self.assertAlmostEqual(bsdpa["speedup"], 0.5)
+        self.assertAlmostEqual(bsdpa["mfu"], SMOLLM2_FLOPS / 4.0 / 1e9 / 800.0)
+
+    def test_table(self):
+        table = report.report(MODEL_SAMPLE.splitlines())
+        self.assertIn("ceilings (grpo bench matmul): f32 400.0 GFLOP/s, bf16 800.0 GFLOP/s", table)
+        self.assertIn("| smollm2-135m | 8×256 | f32 | grpo | 1761.2 | 11000.0 | 186.2 | 160.1 | 40% | — |", table)
+        self.assertIn("| smollm2-135m | 8×256 | f32 | torch-eager | 1761.2 | 18000.0 | 113.8 | 97.8 | 24% | 1.64x |", table)
+        self.assertIn("| smollm2-135m | 8×256 | bf16 | torch-sdpa | 1761.2 | 4000.0 | 512.0 | 440.3 | 55% | 0.50x |", table)
+        self.assertIn("rounds per row: 1, 2", table)
+        self.assertNotIn("train", table.split("\n")[0].lower())
+
+    def test_torch_only_without_ceiling(self):
+        lines = [
+            '{"impl": "torch-eager", "model": "smollm2-135m", "dtype": "f32", "batch": 8, '
+            '"seq": 256, "median_ms": 15600.0, "best_ms": 15000.0, "runs": 2}'
+        ]
+        (row,) = report.build_model_rows(report.parse_lines(lines))
+        self.assertIsNone(row["speedup"])
+        self.assertIsNone(row["mfu"])
+        table = report.report(lines)
+        self.assertIn("not measured", table)
+        self.assertIn("| torch-eager | 1761.2 | 15600.0 | 131.3 | 112.9 | n/a | n/a |", table)
+
+    def test_unknown_model_and_flops_field(self):
+        lines = [
+            '{"impl": "grpo", "model": "tiny", "dtype": "f32", "batch": 2, "seq": 4, '
+            '"median_ms": 1.0, "best_ms": 1.0, "runs": 1}',
+            '{"impl": "grpo", "model": "small", "dtype": "f32", "batch": 2, "seq": 4, '
+            '"median_ms": 1.0, "best_ms": 1.0, "runs": 1, "flops": 3e9}',
+        ]
+        small, tiny = report.build_model_rows(report.parse_lines(lines))
+        self.assertIsNone(tiny["flops"])
+        self.assertIsNone(tiny["gflops"])
+        self.assertAlmostEqual(small["gflops"], 3000.0)
+        self.assertAlmostEqual(small["tokens_per_s"], 8000.0)
+
+    def test_both_kinds_in_one_report(self):
+        table = report.report(MODEL_SAMPLE.splitlines() + SAMPLE.splitlines())
+        self.assertIn("| smollm2-135m | 8×256 | f32 | grpo |", table)
+        self.assertIn("| mlp | 25.77 | 110.0 | 210.0 | 1.91x |", table)
 
 
 if __name__ == "__main__":

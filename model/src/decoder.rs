@@ -39,21 +39,13 @@ impl Weights<'_> {
     }
 }
 
-/// `x · wᵀ (+ b)` for a PyTorch-layout `[out, in]` weight. Leading
-/// dimensions are flattened first so every product (and its gradient) is a
-/// plain 2-D matrix product: XLA's CPU backend handles bf16 dots with two
-/// contracting dimensions an order of magnitude slower.
+/// `x · wᵀ (+ b)` for a PyTorch-layout `[out, in]` weight.
 fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let (lead, width) = x.dims().split_at(x.rank() - 1);
-    let rows: i64 = lead.iter().product();
-    let y = x.reshape(&[rows, width[0]])?.dot_general(w, &[], &[], &[1], &[1])?;
-    let y = match b {
-        Some(b) => y.add(b)?,
-        None => y,
-    };
-    let mut dims = lead.to_vec();
-    dims.push(w.dims()[0]);
-    y.reshape(&dims)
+    let y = x.dot_general(w, &[], &[], &[x.rank() - 1], &[1])?;
+    match b {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
 }
 
 /// `x` with its last axis halves `[a, b]` turned into `[-b, a]`.

@@ -38,6 +38,13 @@ fn dot_general_gradients_for_many_dimension_numbers() {
     check_gradient(&client, &[Input::new(&[2, 3, 4]), Input::new(&[4, 2, 3])], |p| {
         p[0].dot_general(&p[1], &[], &[], &[0, 2], &[1, 0])
     });
+    // a run of contracting dimensions (merged into one before emission), with and without batch after it
+    check_gradient(&client, &[Input::new(&[2, 3, 4]), Input::new(&[2, 3, 5])], |p| {
+        p[0].dot_general(&p[1], &[], &[], &[0, 1], &[0, 1])
+    });
+    check_gradient(&client, &[Input::new(&[2, 3, 4]), Input::new(&[4, 2, 3])], |p| {
+        p[0].dot_general(&p[1], &[2], &[0], &[0, 1], &[1, 2])
+    });
     // matrix · vector and an outer-free rhs: [m, k] · [k]
     check_gradient(&client, &[Input::new(&[3, 4]), Input::new(&[4])], |p| {
         p[0].matmul(&p[1])
@@ -46,6 +53,29 @@ fn dot_general_gradients_for_many_dimension_numbers() {
     check_gradient(&client, &[Input::new(&[1, 2, 3, 2]), Input::new(&[1, 2, 2, 3])], |p| {
         p[0].matmul(&p[1])
     });
+}
+
+#[test]
+fn a_contracting_run_matches_host_math() {
+    let client = cpu_client(1);
+    // out[i][j] = Σ_{a,b} x[a][b][i] · y[a][b][j]
+    check_forward(
+        &client,
+        &[Input::new(&[2, 3, 4]), Input::new(&[2, 3, 5])],
+        |p| p[0].dot_general(&p[1], &[], &[], &[0, 1], &[0, 1]),
+        |v| {
+            let mut out = vec![0.0; 20];
+            for i in 0..4 {
+                for j in 0..5 {
+                    for ab in 0..6 {
+                        out[i * 5 + j] += v[0][ab * 4 + i] * v[1][ab * 5 + j];
+                    }
+                }
+            }
+            out
+        },
+        1e-12,
+    );
 }
 
 #[test]

@@ -76,46 +76,11 @@ if [[ ! -f $MODEL_DIR/config.json ]]; then
     echo "model_step.sh: no model at $MODEL_DIR; create it with \`cargo run --release -- setup\`" >&2
     exit 1
 fi
-GRPO=${CARGO_TARGET_DIR:-$ROOT/target}/release/grpo
-if ((!TORCH_ONLY)); then
-    echo "== grpo: cargo build --release" >&2
-    cargo build --release --quiet
-fi
-
-if [[ -z $OUT ]]; then
-    mkdir -p "$CACHE/bench-results"
-    OUT=$CACHE/bench-results/model-step-$(date -u +%Y%m%dT%H%M%SZ).jsonl
-fi
-: >"$OUT"
-
-# Keeps the JSON lines of a command's stdout in $OUT; its stderr goes through.
-json_lines() {
-    local what=$1 lines
-    shift
-    if ! lines=$("$@"); then
-        echo "model_step.sh: $what failed: $*" >&2
-        exit 1
-    fi
-    lines=$(grep '^{' <<<"$lines" || true)
-    if [[ -z $lines ]]; then
-        echo "model_step.sh: $what printed no JSON line: $*" >&2
-        exit 1
-    fi
-    printf '%s\n' "$lines" | tee -a "$OUT"
-}
-
-"$PY" - "$THREADS" "$ROUNDS" "$RUNS" "$WARMUP" >>"$OUT" <<'EOF'
-import json, os, platform, subprocess, sys, torch, transformers
-try:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-except OSError:
-    commit = ""
-threads, rounds, runs, warmup = map(int, sys.argv[1:])
-print(json.dumps({"meta": {"bench": "model-step", "commit": commit, "cpus": os.cpu_count(),
-    "threads": threads, "rounds": rounds, "runs": runs, "warmup": warmup,
-    "torch": torch.__version__, "transformers": transformers.__version__,
-    "cpu": platform.processor() or platform.machine()}}))
-EOF
+# shellcheck source=bench/common.sh
+source bench/common.sh
+build_grpo
+open_results model-step
+write_meta model-step
 
 # --- 3. interleaved rounds ------------------------------------------------------
 for dtype in "${DTYPE_LIST[@]}"; do

@@ -7,7 +7,7 @@
 //! same block serves training (keys = this sequence) and generation (keys =
 //! a KV cache the rollout engine owns).
 
-use grpo_xla::trace::Tensor;
+use grpo_xla::trace::{Tensor, linear_log_probs};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -20,14 +20,17 @@ pub struct Decoder {
     params: Vec<ParamSpec>,
 }
 
+/// Most tokens whose logits exist at once in [`Decoder::token_logprobs`].
+pub const HEAD_CHUNK: i64 = 256;
+
 /// The parameters of one forward, as traced tensors in [`Decoder::parameters`] order.
 pub struct Weights<'a> {
     specs: &'a [ParamSpec],
     tensors: &'a [Tensor],
 }
 
-impl Weights<'_> {
-    fn get(&self, name: &str) -> Result<&Tensor> {
+impl<'a> Weights<'a> {
+    fn get(&self, name: &str) -> Result<&'a Tensor> {
         self.specs
             .iter()
             .position(|p| p.name == name)
@@ -171,7 +174,23 @@ impl Decoder {
         let col = graph.iota(ElementType::S32, &[t, t], 1)?;
         let causal = col.le(&row)?.reshape(&[1, t, t])?;
         let allowed = causal.and(&mask.reshape(&[b, 1, t])?)?;
-        self.forward(tensors, ids, positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))
+        let hidden = self.forward(tensors, ids, positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        self.head(tensors, &hidden)
+    }
+
+    /// The vocabulary projection of final hidden states, as f32 logits.
+    fn head(&self, tensors: &[Tensor], hidden: &Tensor) -> Result<Tensor> {
+        linear(hidden, self.head_weight(tensors)?, None)?.convert(ElementType::F32)
+    }
+
+    /// `lm_head.weight`, or the embeddings when they are tied.
+    fn head_weight<'a>(&'a self, tensors: &'a [Tensor]) -> Result<&'a Tensor> {
+        let name = if self.config.tie_embeddings {
+            "model.embed_tokens.weight"
+        } else {
+            "lm_head.weight"
+        };
+        self.weights(tensors).get(name)
     }
 
     /// Types of a KV cache for `batch` sequences of up to `capacity` tokens:
@@ -204,7 +223,7 @@ impl Decoder {
         let written = slots.eq(&at)?;
         let allowed = slots.le(&at)?;
         let mut updated = Vec::with_capacity(cache.len());
-        let logits = self.forward(tensors, ids, positions, |layer, q, k, v| {
+        let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
             let k = write_slots(&cache[2 * layer], &k, &written)?;
             let v = write_slots(&cache[2 * layer + 1], &v, &written)?;
             let context = self.attend(&q, &k, &v, &allowed)?;
@@ -212,12 +231,12 @@ impl Decoder {
             updated.push(v);
             Ok(context)
         })?;
-        Ok((logits, updated))
+        Ok((self.head(tensors, &hidden)?, updated))
     }
 
-    /// The decoder stack; `attend(layer, q, k, v)` turns the rotated
-    /// queries, keys and values of a layer into its attention context
-    /// `[B, heads, T, head_dim]`.
+    /// The decoder stack up to the final norm; `attend(layer, q, k, v)`
+    /// turns the rotated queries, keys and values of a layer into its
+    /// attention context `[B, heads, T, head_dim]`.
     fn forward(
         &self,
         tensors: &[Tensor],
@@ -265,29 +284,38 @@ impl Decoder {
             let up = linear(&h, p("mlp.up_proj.weight")?, None)?;
             x = x.add(&linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?)?;
         }
-        let x = rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)?;
-        let head = if c.tie_embeddings {
-            embed
-        } else {
-            w.get("lm_head.weight")?
-        };
-        linear(&x, head, None)?.convert(ElementType::F32)
+        rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)
     }
 
     /// Per-token log-probabilities and entropies `[B, T-1]` (f32): entry
     /// `t` is `log p(ids[t+1] | ids[..=t])` and the entropy of that
     /// distribution. Positions come from the mask (count of real tokens
-    /// before each one), so left and right padding both work.
+    /// before each one), so left and right padding both work. The output
+    /// head runs in chunks of at most [`HEAD_CHUNK`] tokens with a
+    /// recomputing gradient, so `[B, T, vocab]` logits are never held.
     pub fn token_logprobs(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<(Tensor, Tensor)> {
-        let t = ids.dims()[1];
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
-        let logits = self.logits(tensors, ids, &positions, mask)?;
-        let predicting = logits.slice_axis(1, 0, t - 1)?;
-        let targets = ids.slice_axis(1, 1, t)?;
-        let logprobs = predicting.gathered_log_probs(&targets)?;
-        let log_p = predicting.log_softmax(2)?;
-        let entropy = log_p.exp()?.mul(&log_p)?.sum(&[2])?.neg()?;
-        Ok((logprobs, entropy))
+        let allowed = {
+            let graph = ids.graph();
+            let row = graph.iota(ElementType::S32, &[t, t], 0)?;
+            let col = graph.iota(ElementType::S32, &[t, t], 1)?;
+            col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)?
+        };
+        let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        let width = hidden.dims()[2];
+        // Targets: the next token; the last position has none (its value is dropped).
+        let next = Tensor::concatenate(&[&ids.slice_axis(1, 1, t)?, &ids.slice_axis(1, 0, 1)?.zeros_like()?], 1)?;
+        let tokens = b * t;
+        let chunk = (1..=HEAD_CHUNK).rev().find(|&c| tokens % c == 0).unwrap_or(1);
+        let (logprobs, entropy) = linear_log_probs(
+            &hidden.reshape(&[tokens, width])?,
+            self.head_weight(tensors)?,
+            &next.reshape(&[tokens])?,
+            chunk,
+        )?;
+        let per_row = |x: Tensor| -> Result<Tensor> { x.reshape(&[b, t])?.slice_axis(1, 0, t - 1) };
+        Ok((per_row(logprobs)?, per_row(entropy)?))
     }
 }

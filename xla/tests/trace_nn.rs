@@ -138,3 +138,87 @@ fn gathered_log_probs_and_cross_entropy() {
     let error = x.gathered_log_probs(&wrong).unwrap_err().to_string();
     assert!(error.starts_with("gathered_log_probs"), "{error}");
 }
+
+#[test]
+fn chunked_linear_log_probs_match_the_plain_head_and_finite_differences() {
+    use grpo_xla::trace::linear_log_probs;
+    let client = cpu_client(1);
+    let targets: [i32; 6] = [4, 0, 2, 2, 1, 3];
+    let inputs = [Input::range(&[6, 3], -2.0, 2.0), Input::range(&[5, 3], -2.0, 2.0)];
+    let fused = |p: &[Tensor]| -> grpo_xla::Result<Tensor> {
+        let t = p[0].graph().constant(&targets, &[6])?;
+        let (lp, ent) = linear_log_probs(&p[0], &p[1], &t, 2)?;
+        Tensor::concatenate(
+            &[
+                &lp.convert(grpo_xla::ElementType::F64)?,
+                &ent.convert(grpo_xla::ElementType::F64)?,
+            ],
+            0,
+        )
+    };
+    let host = |v: &[Vec<f64>]| -> Vec<f64> {
+        let logits: Vec<f64> = (0..6)
+            .flat_map(|i| (0..5).map(move |j| (i, j)))
+            .map(|(i, j)| (0..3).map(|k| v[0][i * 3 + k] * v[1][j * 3 + k]).sum())
+            .collect();
+        let p = host_softmax(&logits, 5);
+        let lp: Vec<f64> = (0..6).map(|i| p[i * 5 + targets[i] as usize].ln()).collect();
+        let ent: Vec<f64> = (0..6)
+            .map(|i| -(0..5).map(|j| p[i * 5 + j] * p[i * 5 + j].ln()).sum::<f64>())
+            .collect();
+        lp.into_iter().chain(ent).collect()
+    };
+    // The head computes in f32, so compare at f32 precision.
+    check_forward(&client, &inputs, fused, host, 1e-5);
+
+    // Gradients of Σ a·lp + b·ent: the custom VJP against autodiff of the plain
+    // head (itself checked by finite differences above), on the same f64 inputs.
+    let graph = grpo_xla::trace::Graph::new("grads");
+    let h = graph.parameter(grpo_xla::ElementType::F64, &[6, 3]).unwrap();
+    let w = graph.parameter(grpo_xla::ElementType::F64, &[5, 3]).unwrap();
+    let t = graph.constant(&targets, &[6]).unwrap();
+    let a = graph.constant(&random_weights(6), &[6]).unwrap();
+    let b = graph.constant(&random_weights(6), &[6]).unwrap();
+    let weigh = |lp: &Tensor, ent: &Tensor| {
+        lp.mul(&a)
+            .unwrap()
+            .add(&ent.mul(&b).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+    };
+    let (lp, ent) = linear_log_probs(&h, &w, &t, 3).unwrap();
+    let f64 = |x: Tensor| x.convert(grpo_xla::ElementType::F64).unwrap();
+    let fused_loss = weigh(&f64(lp), &f64(ent));
+    let logits = h.dot_general(&w, &[], &[], &[1], &[1]).unwrap();
+    let log_p = logits.log_softmax(1).unwrap();
+    let plain_lp = logits.gathered_log_probs(&t).unwrap();
+    let plain_ent = log_p
+        .exp()
+        .unwrap()
+        .mul(&log_p)
+        .unwrap()
+        .sum(&[1])
+        .unwrap()
+        .neg()
+        .unwrap();
+    let plain_loss = weigh(&plain_lp, &plain_ent);
+    let mut outputs = grpo_xla::trace::grad(&fused_loss, &[&h, &w]).unwrap();
+    outputs.extend(grpo_xla::trace::grad(&plain_loss, &[&h, &w]).unwrap());
+    let refs: Vec<&Tensor> = outputs.iter().collect();
+    let executable = graph.build(&refs).unwrap().compile(&client).unwrap();
+    let values = [(random_weights(18), vec![6, 3]), (random_weights(15), vec![5, 3])];
+    let got = common::check::run_f64(&client, &executable, &values);
+    for (fused, plain) in [(&got[0], &got[2]), (&got[1], &got[3])] {
+        for (x, y) in fused.iter().zip(plain) {
+            assert!(
+                (x - y).abs() < 1e-4 * y.abs().max(1.0),
+                "custom VJP {x} vs autodiff {y}"
+            );
+        }
+    }
+}
+
+fn random_weights(count: usize) -> Vec<f64> {
+    common::random_f64(count).into_iter().map(|v| 2.0 * v).collect()
+}

@@ -78,13 +78,13 @@ impl Emitter {
                 operand_types,
                 results: node.outputs.clone(),
                 result: result.clone(),
-                alias: None,
+                aliases: None,
             };
             rule.emit(&mut ctx)?;
-            let alias = ctx.alias.take();
+            let aliases = ctx.aliases.take();
             for output in 0..node.outputs.len() {
-                let name = match (&alias, node.outputs.len()) {
-                    (Some(alias), _) => alias.clone(),
+                let name = match (&aliases, node.outputs.len()) {
+                    (Some(aliases), _) => aliases[output].clone(),
                     (None, 1) => result.clone(),
                     (None, _) => format!("{result}#{output}"),
                 };
@@ -145,7 +145,7 @@ pub(crate) struct EmitCtx<'a> {
     /// Result types.
     pub results: Vec<TensorType>,
     result: String,
-    alias: Option<String>,
+    aliases: Option<Vec<String>>,
 }
 
 impl EmitCtx<'_> {
@@ -182,7 +182,15 @@ impl EmitCtx<'_> {
 
     /// Emits nothing: the node's single result is operand `index` itself.
     pub fn alias_operand(&mut self, index: usize) {
-        self.alias = Some(self.operands[index].clone());
+        self.aliases = Some(vec![self.operands[index].clone()]);
+    }
+
+    /// Emits `body` inline with the node's operands as its parameters; the
+    /// node's results are the body's outputs (a call without a function).
+    pub fn inline(&mut self, body: &super::optimize::Body) -> Result<()> {
+        let outputs = self.e.body(&body.nodes, &self.operands, &body.outputs)?;
+        self.aliases = Some(outputs);
+        Ok(())
     }
 }
 

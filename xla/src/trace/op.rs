@@ -10,6 +10,7 @@ use super::emit::EmitCtx;
 use super::graph::Tensor;
 use super::ops::constant::{Constant, Iota};
 use super::ops::control::{RngBitGenerator, Sort, StopGradient, While};
+use super::ops::custom::CustomVjp;
 use super::ops::dot::DotGeneral;
 use super::ops::elementwise::{Binary, Compare, Convert, Select, Unary};
 use super::ops::gather::{Gather, ScatterAdd};
@@ -48,6 +49,7 @@ pub(crate) enum Op {
     While(While),
     RngBitGenerator(RngBitGenerator),
     StopGradient(StopGradient),
+    CustomVjp(CustomVjp),
     Gather(Gather),
     ScatterAdd(ScatterAdd),
 }
@@ -115,6 +117,7 @@ impl Op {
             Op::While(r) => r,
             Op::RngBitGenerator(r) => r,
             Op::StopGradient(r) => r,
+            Op::CustomVjp(r) => r,
             Op::Gather(r) => r,
             Op::ScatterAdd(r) => r,
         })

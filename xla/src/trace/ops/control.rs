@@ -88,13 +88,13 @@ fn check_results(op: &'static str, what: &str, got: &[Tensor], want: &[TensorTyp
 }
 
 /// Traces `f` into a fresh graph `name` with one parameter per type of
-/// `parameters`, checks it returns `results`, and freezes it into an
-/// optimized body (the graph takes no more ops afterwards).
-fn trace_body(
+/// `parameters`, checks it returns `results` (when given), and freezes it
+/// into an optimized body (the graph takes no more ops afterwards).
+pub(crate) fn trace_body(
     op: &'static str,
     name: String,
     parameters: &[TensorType],
-    results: &[TensorType],
+    results: Option<&[TensorType]>,
     f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Body> {
     let graph = Graph::new(&name);
@@ -115,7 +115,9 @@ fn trace_body(
             ));
         }
     }
-    check_results(op, &format!("`{name}`"), &outputs, results)?;
+    if let Some(results) = results {
+        check_results(op, &format!("`{name}`"), &outputs, results)?;
+    }
     let mut data = graph.data.borrow_mut();
     if data.parameters.len() != parameters.len() {
         return Err(Error::trace(
@@ -196,7 +198,7 @@ impl Sort {
             "sort",
             "sort comparator".to_string(),
             &arguments,
-            &[pred_scalar()],
+            Some(&[pred_scalar()]),
             |p| {
                 let (a, b) = (&p[0], &p[1]);
                 let before = if self.descending { a.gt(b)? } else { a.lt(b)? };
@@ -271,10 +273,14 @@ pub fn while_loop(
     }
     let types: Vec<TensorType> = init.iter().map(|t| t.ty.clone()).collect();
     let outer = first.graph.name();
-    let cond = trace_body("while", format!("{outer}/while_cond"), &types, &[pred_scalar()], |c| {
-        Ok(vec![cond(c)?])
-    })?;
-    let body = trace_body("while", format!("{outer}/while_body"), &types, &types, body)?;
+    let cond = trace_body(
+        "while",
+        format!("{outer}/while_cond"),
+        &types,
+        Some(&[pred_scalar()]),
+        |c| Ok(vec![cond(c)?]),
+    )?;
+    let body = trace_body("while", format!("{outer}/while_body"), &types, Some(&types), body)?;
     let op = Op::While(While {
         cond: Rc::new(cond),
         body: Rc::new(body),

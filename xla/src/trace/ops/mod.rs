@@ -2,6 +2,7 @@
 
 pub(crate) mod constant;
 pub(crate) mod control;
+pub(crate) mod custom;
 pub(crate) mod dot;
 pub(crate) mod elementwise;
 pub(crate) mod gather;

@@ -1,0 +1,142 @@
+//! The output head of a language model as one chunked, custom-gradient
+//! step: log-probabilities (and entropies) of target tokens under
+//! `hidden · weightᵀ`, computed `chunk` rows at a time so the full
+//! `[tokens, vocab]` logits never exist — not in the forward pass and not
+//! kept for the backward pass, which recomputes each chunk's logits.
+
+use super::graph::Tensor;
+use super::ops::control::fori_loop;
+use super::ops::custom::custom_vjp;
+use crate::dtype::ElementType;
+use crate::error::{Error, Result};
+
+/// Log-probs and entropies (f32, `[N]`) of integer `targets` `[N]` under
+/// the logits `hidden [N, H] · weight [V, H]ᵀ`, `chunk` rows at a time
+/// (`chunk` must divide `N`). Gradients flow to `hidden` and `weight`.
+pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chunk: i64) -> Result<(Tensor, Tensor)> {
+    let (n, width) = match hidden.dims() {
+        &[n, h] => (n, h),
+        _ => {
+            return Err(Error::trace(
+                "linear_log_probs",
+                format!("hidden must be [N, H], got {}", hidden.tensor_type()),
+            ));
+        }
+    };
+    let ok = weight.rank() == 2
+        && weight.dims()[1] == width
+        && targets.dims() == [n]
+        && targets.dtype().is_integer()
+        && chunk > 0
+        && n % chunk == 0;
+    if !ok {
+        return Err(Error::trace(
+            "linear_log_probs",
+            format!(
+                "needs hidden [N, H], weight [V, H], integer targets [N] and a chunk dividing N; got {}, {}, {}, chunk {chunk}",
+                hidden.tensor_type(),
+                weight.tensor_type(),
+                targets.tensor_type()
+            ),
+        ));
+    }
+    let steps = n / chunk;
+    let mut out = custom_vjp(
+        "linear_log_probs",
+        &[hidden, weight, targets],
+        move |p| {
+            let graph = p[0].graph();
+            let zeros = graph.full(0.0, ElementType::F32, &[n])?;
+            let done = fori_loop(steps, &[&p[0], &p[1], &p[2], &zeros, &zeros], |i, c| {
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk)?;
+                let start = piece.start.clone();
+                Ok(vec![
+                    c[0].clone(),
+                    c[1].clone(),
+                    c[2].clone(),
+                    c[3].dynamic_update_slice(&piece.log_prob()?, &[&start])?,
+                    c[4].dynamic_update_slice(&piece.entropy()?, &[&start])?,
+                ])
+            })?;
+            Ok(vec![done[3].clone(), done[4].clone()])
+        },
+        move |inputs, outputs, cotangents| {
+            let (hidden, weight, targets) = (&inputs[0], &inputs[1], &inputs[2]);
+            let zeros = || outputs[0].zeros_like();
+            let g_lp = cotangents[0].clone().map_or_else(zeros, Ok)?;
+            let g_ent = cotangents[1].clone().map_or_else(zeros, Ok)?;
+            let graph = hidden.graph();
+            let dh = hidden.zeros_like()?;
+            let dw = graph.full(0.0, ElementType::F32, weight.dims())?;
+            let carried = [hidden, weight, targets, &g_lp, &g_ent, &outputs[1], &dh, &dw];
+            let done = fori_loop(steps, &carried, |i, c| {
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk)?;
+                let rows = |x: &Tensor| x.dynamic_slice(&[&piece.start], &[chunk])?.reshape(&[chunk, 1]);
+                let (g_lp, g_ent, ent) = (rows(&c[3])?, rows(&c[4])?, rows(&c[5])?);
+                // d log p[t] / dz = onehot(t) − p;  d H / dz = −p (log p + H).
+                let p = piece.log_p.exp()?;
+                let classes = piece.log_p.graph().iota(ElementType::S32, piece.log_p.dims(), 1)?;
+                let onehot = classes.eq(&piece.targets.convert(ElementType::S32)?.reshape(&[chunk, 1])?)?;
+                let onehot = onehot.select(&p.ones_like()?, &p.zeros_like()?)?;
+                let d_logits = g_lp
+                    .mul(&onehot.sub(&p)?)?
+                    .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?;
+                let d_hidden = d_logits
+                    .convert(c[1].dtype())?
+                    .dot_general(&c[1], &[], &[], &[1], &[0])?;
+                let d_weight = d_logits.dot_general(&piece.hidden.convert(ElementType::F32)?, &[], &[], &[0], &[0])?;
+                let zero = piece.start.zeros_like()?;
+                let mut next: Vec<Tensor> = c[..6].to_vec();
+                next.push(c[6].dynamic_update_slice(&d_hidden, &[&piece.start, &zero])?);
+                next.push(c[7].add(&d_weight)?);
+                Ok(next)
+            })?;
+            Ok(vec![
+                Some(done[6].clone()),
+                Some(done[7].convert(weight.dtype())?),
+                None,
+            ])
+        },
+    )?;
+    let entropy = out.pop().expect("two outputs");
+    Ok((out.pop().expect("two outputs"), entropy))
+}
+
+/// One chunk of rows: its start, hidden rows, targets and log-softmax.
+struct Chunk {
+    start: Tensor,
+    hidden: Tensor,
+    targets: Tensor,
+    /// `log softmax(hidden · weightᵀ)` in f32, `[chunk, V]`.
+    log_p: Tensor,
+}
+
+impl Chunk {
+    fn of(hidden: &Tensor, weight: &Tensor, targets: &Tensor, i: &Tensor, chunk: i64) -> Result<Chunk> {
+        let start = i.mul_scalar(chunk as f64)?;
+        let zero = start.zeros_like()?;
+        let rows = hidden.dynamic_slice(&[&start, &zero], &[chunk, hidden.dims()[1]])?;
+        let targets = targets.dynamic_slice(&[&start], &[chunk])?;
+        let logits = rows
+            .dot_general(weight, &[], &[], &[1], &[1])?
+            .convert(ElementType::F32)?;
+        let log_p = logits.log_softmax(1)?;
+        Ok(Chunk {
+            start,
+            hidden: rows,
+            targets,
+            log_p,
+        })
+    }
+
+    fn log_prob(&self) -> Result<Tensor> {
+        let chunk = self.targets.dims()[0];
+        self.log_p
+            .take_along_axis(&self.targets.reshape(&[chunk, 1])?, 1)?
+            .reshape(&[chunk])
+    }
+
+    fn entropy(&self) -> Result<Tensor> {
+        self.log_p.exp()?.mul(&self.log_p)?.sum(&[1])?.neg()
+    }
+}

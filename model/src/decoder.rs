@@ -70,6 +70,16 @@ fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     weight.mul(&normed.convert(x.dtype())?)
 }
 
+/// Which key each query may see in self-attention over one sequence:
+/// `allowed[b, i, j]` = `j ≤ i` and token `j` is real (`mask` `[B, T]`).
+fn causal_mask(mask: &Tensor) -> Result<Tensor> {
+    let (b, t) = (mask.dims()[0], mask.dims()[1]);
+    let graph = mask.graph();
+    let row = graph.iota(ElementType::S32, &[t, t], 0)?;
+    let col = graph.iota(ElementType::S32, &[t, t], 1)?;
+    col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)
+}
+
 /// `cache` `[B, kv, S, hd]` with `new` `[B, kv, T, hd]` written at the
 /// slots `written` `[B, T, S]` marks (one slot per token).
 fn write_slots(cache: &Tensor, new: &Tensor, written: &Tensor) -> Result<Tensor> {
@@ -168,12 +178,7 @@ impl Decoder {
     /// `[B, T]`, where `mask` `[B, T]` (pred) marks real tokens: each token
     /// attends to the real tokens at or before it.
     pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let graph = ids.graph();
-        let (b, t) = (ids.dims()[0], ids.dims()[1]);
-        let row = graph.iota(ElementType::S32, &[t, t], 0)?;
-        let col = graph.iota(ElementType::S32, &[t, t], 1)?;
-        let causal = col.le(&row)?.reshape(&[1, t, t])?;
-        let allowed = causal.and(&mask.reshape(&[b, 1, t])?)?;
+        let allowed = causal_mask(mask)?;
         let hidden = self.forward(tensors, ids, positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
         self.head(tensors, &hidden)
     }
@@ -297,12 +302,7 @@ impl Decoder {
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
-        let allowed = {
-            let graph = ids.graph();
-            let row = graph.iota(ElementType::S32, &[t, t], 0)?;
-            let col = graph.iota(ElementType::S32, &[t, t], 1)?;
-            col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)?
-        };
+        let allowed = causal_mask(mask)?;
         let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
         let width = hidden.dims()[2];
         // Targets: the next token; the last position has none (its value is dropped).

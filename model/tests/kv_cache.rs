@@ -2,14 +2,17 @@
 //! token at a time gives the same logits as one forward over the whole
 //! sequence (for every family: GQA, biases, q/k norms, llama3 RoPE).
 
+mod common;
+
 use std::path::Path;
 
+use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::weights::Safetensors;
 use grpo_xla::trace::{Graph, Tensor};
-use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Executable, Platform, Plugin, Pred};
+use grpo_xla::{Buffer, Client, ElementType, Executable, Pred};
 
 const CAPACITY: i64 = 16;
 
@@ -47,12 +50,7 @@ fn check(family: &str) {
         .join("tests/fixtures/parity")
         .join(family);
     let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    let client = Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap();
+    let client = cpu_client();
     let device = client.device(0).unwrap();
     let weights = upload_parameters(
         &client,

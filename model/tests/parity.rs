@@ -3,28 +3,22 @@
 //! tiny Llama, Qwen2 and Qwen3 models (fixtures made by
 //! `tools/make_parity_fixtures.py`).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::weights::{Safetensors, WeightSource};
 use grpo_xla::trace::{Graph, Tensor, grad};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin, Pred};
+use grpo_xla::{ElementType, Pred};
 
 fn fixture(family: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/parity")
         .join(family)
-}
-
-fn cpu_client() -> Client {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap()
 }
 
 struct Inputs {

@@ -2,12 +2,15 @@
 //! same file (its own dequantization and un-permutation): tokenizer ids and
 //! per-token log-probs; and a GGUF → folder conversion that scores the same.
 
+mod common;
+
+use common::cpu_client;
 use grpo_model::bundled::smollm2_gguf_path;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::pretrained::{Pretrained, convert_gguf};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+use grpo_xla::ElementType;
 use serde_json::Value;
 
 fn gguf() -> std::path::PathBuf {
@@ -47,12 +50,7 @@ fn cases() -> Vec<(String, Vec<u32>, Vec<f32>)> {
 
 /// Scores the fixture's sequences with `model`; returns the worst difference.
 fn worst_difference(model: &Pretrained) -> f32 {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    let client = Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap();
+    let client = cpu_client();
     let decoder = Decoder::new(model.config.clone());
     let params = upload_parameters(
         &client,

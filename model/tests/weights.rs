@@ -1,14 +1,17 @@
 //! Safetensors checkpoints: dtypes, shards, round trips, and bad files
 //! giving errors that name the file and tensor.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+use grpo_xla::ElementType;
 use half::{bf16, f16};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
@@ -110,12 +113,7 @@ fn a_checkpoint_of_the_wrong_shape_is_refused_naming_the_tensor() {
     let wider = text.replace("\"intermediate_size\": 64", "\"intermediate_size\": 96");
     let decoder = Decoder::new(ModelConfig::from_json(&wider).unwrap());
     let weights = Safetensors::open_dir(&fixture).unwrap();
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    let client = Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap();
+    let client = cpu_client();
     let error = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32)
         .err()
         .unwrap()

@@ -1,0 +1,90 @@
+//! The token sampler, traced into the decode program: one token per row of
+//! logits, each row with its own temperature, top-k, top-p, min-p and seed.
+//!
+//! Per row `b`, with `z` the raw logits:
+//! - temperature 0 is greedy (`argmax z`);
+//! - otherwise `p = softmax(z / T)`, sorted descending; a token is kept if
+//!   its rank is below top-k (0 = no limit), the probability mass before it
+//!   is below top-p, and `p ≥ min_p · p_max`; the first token is always kept;
+//! - one uniform `u` picks the token whose kept cumulative mass first
+//!   exceeds `u · Σ kept`.
+//!
+//! The uniform comes from a counter-based hash of (seed, step), so a request
+//! draws the same tokens whatever else shares its batch. Each token is
+//! returned with `log_softmax(z)[token]` — its log-prob under the
+//! unmodified policy, what the learner's importance ratio needs.
+
+use grpo_xla::trace::Tensor;
+use grpo_xla::{ElementType, Result};
+
+/// Per-row sampling settings, as tensors of the decode program (`[B]` each).
+pub struct SamplingInputs<'a> {
+    /// Temperature (f32); 0 means greedy.
+    pub temperature: &'a Tensor,
+    /// Keep at most this many tokens (s32); 0 keeps all.
+    pub top_k: &'a Tensor,
+    /// Keep the smallest set reaching this mass (f32, in (0, 1]).
+    pub top_p: &'a Tensor,
+    /// Drop tokens below this fraction of the most likely one (f32, in [0, 1)).
+    pub min_p: &'a Tensor,
+    /// The request's seed (u32).
+    pub seed: &'a Tensor,
+    /// How many tokens the request has drawn before (u32): the hash counter.
+    pub step: &'a Tensor,
+}
+
+/// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits (f32 `[B]`).
+pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>) -> Result<(Tensor, Tensor)> {
+    let (b, v) = (logits.dims()[0], logits.dims()[1]);
+    let z = logits.convert(ElementType::F32)?;
+    let column = |x: &Tensor| x.reshape(&[b, 1]);
+
+    let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
+    let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
+    let p = z.div(&column(&safe_t)?)?.softmax(1)?;
+    let (sorted, order) = p.sort(1, true)?;
+
+    let graph = logits.graph();
+    let rank = graph.iota(ElementType::S32, &[b, v], 1)?;
+    let k = inputs
+        .top_k
+        .le(&inputs.top_k.zeros_like()?)?
+        .select(&inputs.top_k.full_like(v as f64)?, inputs.top_k)?;
+    let within_k = rank.lt(&column(&k)?)?;
+    let mass_before = sorted.cumsum(1, false)?.sub(&sorted)?;
+    let within_p = mass_before.lt(&column(inputs.top_p)?)?;
+    let p_max = sorted.slice_axis(1, 0, 1)?;
+    let above_min = sorted.ge(&p_max.mul(&column(inputs.min_p)?)?)?;
+    let first = rank.eq(&rank.zeros_like()?)?;
+    let kept = within_k.and(&within_p)?.and(&above_min)?.or(&first)?;
+    let kept_p = kept.select(&sorted, &sorted.zeros_like()?)?;
+
+    let cumulative = kept_p.cumsum(1, false)?;
+    let total = cumulative.slice_axis(1, v - 1, v)?;
+    let u = uniform(inputs.seed, inputs.step)?;
+    let threshold = column(&u)?.mul(&total)?;
+    // The first kept position whose cumulative mass exceeds u · total.
+    let below = cumulative.le(&threshold)?.and(&kept)?;
+    let count = below.select(&rank.ones_like()?, &rank.zeros_like()?)?.sum(&[1])?;
+    let last_kept = kept.select(&rank, &rank.zeros_like()?)?.max(&[1])?;
+    let position = count.minimum(&last_kept)?;
+    let drawn = order.take_along_axis(&column(&position)?, 1)?.reshape(&[b])?;
+
+    let tokens = greedy.select(&z.argmax(1, ElementType::S32)?, &drawn)?;
+    let log_probs = z.gathered_log_probs(&tokens)?;
+    Ok((tokens, log_probs))
+}
+
+/// A uniform in [0, 1) per row from a 32-bit integer hash of (seed, step):
+/// `x = seed ⊕ (step · 0x9E3779B9)`, then two multiply–xorshift rounds
+/// (the "lowbias32" mixer); the top 24 bits become the fraction.
+pub fn uniform(seed: &Tensor, step: &Tensor) -> Result<Tensor> {
+    let constant = |c: u32| seed.scalar_like(f64::from(c));
+    let shifted = |x: &Tensor, by: u32| -> Result<Tensor> { x.xor(&x.shift_right_logical(&constant(by)?)?) };
+    let mut x = seed.xor(&step.mul(&constant(0x9E37_79B9)?)?)?;
+    x = shifted(&x, 16)?.mul(&constant(0x7FEB_352D)?)?;
+    x = shifted(&x, 15)?.mul(&constant(0x846C_A68B)?)?;
+    x = shifted(&x, 16)?;
+    let top = x.shift_right_logical(&constant(8)?)?;
+    top.convert(ElementType::F32)?.mul_scalar(1.0 / f64::from(1u32 << 24))
+}

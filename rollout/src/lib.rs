@@ -1,10 +1,16 @@
 //! grpo-rollout: generation for GRPO rollouts and serving.
 //!
-//! So far: [`sampling`], the traced token sampler (greedy, temperature,
-//! top-k, top-p, min-p, per-request seeds) returning each token's log-prob
-//! under the unmodified policy. The engine (KV cache, continuous batching,
-//! weight updates) and the worker service build on it.
+//! - [`sampling`]: the traced token sampler (greedy, temperature, top-k,
+//!   top-p, min-p, per-request seeds) returning each token's log-prob under
+//!   the unmodified policy.
+//! - [`engine`]: generation over a per-slot KV cache on the device, in waves
+//!   of up to `max_num_seqs` requests (continuous batching, prefix sharing
+//!   and live weight updates come next).
 
 #![warn(missing_docs)]
 
+pub mod engine;
+mod error;
 pub mod sampling;
+
+pub use error::{Error, Result};

@@ -226,3 +226,32 @@ fn init_model_writes_a_model_that_scores_text() {
         "{text}"
     );
 }
+
+#[test]
+fn generate_with_the_chat_template_matches_transformers_greedy() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("model/tests/fixtures/generate/expected.json");
+    let expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let case = &expected["smollm2"]["cases"][0];
+    let question = case["question"].as_str().unwrap();
+    let out = grpo_installed(&[
+        "generate",
+        "--prompt",
+        question,
+        "--chat",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "32",
+        "--json",
+    ]);
+    let text = stdout(&out);
+    let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(line["token_ids"], case["generated_ids"], "{text}");
+    assert_eq!(line["finish_reason"], "stop");
+    let logprobs = line["logprobs"].as_array().unwrap();
+    assert_eq!(logprobs.len(), line["token_ids"].as_array().unwrap().len());
+    assert!(logprobs.iter().all(|v| v.as_f64().unwrap() <= 0.0));
+    let bad = grpo_installed(&["generate", "--prompt", "x", "--top-p", "0"]);
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && message.contains("top_p"), "{message}");
+}

@@ -3,6 +3,7 @@
 mod bench;
 mod convert;
 mod devices;
+mod generate;
 mod init_model;
 mod logprobs;
 mod platform;
@@ -26,6 +27,8 @@ enum Command {
     Devices(platform::PlatformArgs),
     /// Convert a GGUF model into a Hugging Face folder.
     Convert(convert::ConvertArgs),
+    /// Generate completions of a prompt.
+    Generate(generate::GenerateArgs),
     /// Write a random model (config, weights, tokenizer) for tests and experiments.
     InitModel(init_model::InitModelArgs),
     /// Log-probabilities of completion tokens under a model (JSONL in, JSONL out).
@@ -42,6 +45,7 @@ impl Cli {
             Command::Setup(args) => setup::run(&args),
             Command::Devices(args) => devices::run(&args),
             Command::Convert(args) => convert::run(&args),
+            Command::Generate(args) => generate::run(&args),
             Command::InitModel(args) => init_model::run(&args),
             Command::Logprobs(args) => logprobs::run(&args),
             Command::Bench(command) => command.run(),

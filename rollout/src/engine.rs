@@ -1,5 +1,5 @@
-//! The generation engine, first form: requests run in waves of up to
-//! `max_num_seqs` slots over a per-slot contiguous KV cache on the device.
+//! The generation engine: continuous batching of requests over a per-slot
+//! contiguous KV cache on the device (`max_num_seqs` slots).
 //!
 //! One program shape serves prefill and decode: `(params, ids [B, T],
 //! positions [B, T], last [B], sampling inputs, cache) → (tokens [B],
@@ -120,13 +120,78 @@ pub struct Engine {
     programs: HashMap<i64, Executable>,
 }
 
-/// One slot's request in a wave.
+/// The request a cache slot is serving.
 struct Slot {
     index: usize,
     length: usize,
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     finish: Option<FinishReason>,
+}
+
+impl Slot {
+    fn new(index: usize, length: usize) -> Slot {
+        Slot {
+            index,
+            length,
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            finish: None,
+        }
+    }
+}
+
+/// The sampler's inputs for one slot of a step (idle slots: greedy, seed 0).
+#[derive(Debug, Clone, Copy)]
+struct RowSettings {
+    temperature: f32,
+    top_k: i32,
+    top_p: f32,
+    min_p: f32,
+    seed: u32,
+    step: u32,
+}
+
+/// The sampler's inputs of every slot.
+fn row_settings(requests: &[Request], slots: &[Option<Slot>]) -> Vec<RowSettings> {
+    slots
+        .iter()
+        .map(|slot| match slot {
+            Some(slot) => {
+                let p = &requests[slot.index].params;
+                RowSettings {
+                    temperature: p.temperature,
+                    top_k: p.top_k,
+                    top_p: p.top_p,
+                    min_p: p.min_p,
+                    seed: p.seed,
+                    step: slot.tokens.len() as u32,
+                }
+            }
+            None => RowSettings {
+                temperature: 0.0,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                seed: 0,
+                step: 0,
+            },
+        })
+        .collect()
+}
+
+/// Moves finished slots' completions into `done`, freeing the slots.
+fn retire(slots: &mut [Option<Slot>], done: &mut [Option<Completion>]) {
+    for entry in slots.iter_mut() {
+        if entry.as_ref().is_some_and(|s| s.finish.is_some()) {
+            let slot = entry.take().expect("checked");
+            done[slot.index] = Some(Completion {
+                tokens: slot.tokens,
+                logprobs: slot.logprobs,
+                finish_reason: slot.finish.expect("checked"),
+            });
+        }
+    }
 }
 
 impl Engine {
@@ -155,16 +220,44 @@ impl Engine {
         self.cache.iter().map(Buffer::device_bytes).sum()
     }
 
-    /// Generates a completion for every request, in order.
+    /// Generates a completion for every request, returned in request order.
+    ///
+    /// Continuous batching: requests wait in a first-come queue and take a
+    /// cache slot as soon as one is free; newly admitted requests are
+    /// prefilled together between decode steps of the running ones, and a
+    /// finished request leaves its slot at once.
     pub fn generate(&mut self, requests: &[Request]) -> Result<Vec<Completion>> {
         for (index, request) in requests.iter().enumerate() {
             self.check(index, request)?;
         }
-        let mut completions = Vec::with_capacity(requests.len());
-        for wave in requests.chunks(self.config.max_num_seqs) {
-            completions.extend(self.run_wave(wave)?);
+        let mut queue: std::collections::VecDeque<usize> = (0..requests.len()).collect();
+        let mut slots: Vec<Option<Slot>> = (0..self.config.max_num_seqs).map(|_| None).collect();
+        let mut done: Vec<Option<Completion>> = vec![None; requests.len()];
+        loop {
+            let admitted: Vec<usize> = slots
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, slot)| slot.is_none())
+                .map_while(|(row, slot)| {
+                    let index = queue.pop_front()?;
+                    *slot = Some(Slot::new(index, requests[index].prompt.len()));
+                    Some(row)
+                })
+                .collect();
+            if !admitted.is_empty() {
+                self.prefill(requests, &mut slots, &admitted)?;
+                retire(&mut slots, &mut done);
+            }
+            if slots.iter().all(Option::is_none) {
+                if queue.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            self.decode(requests, &mut slots)?;
+            retire(&mut slots, &mut done);
         }
-        Ok(completions)
+        Ok(done.into_iter().map(|c| c.expect("every request finishes")).collect())
     }
 
     fn check(&self, index: usize, request: &Request) -> Result<()> {
@@ -262,62 +355,50 @@ impl Engine {
         Ok(program)
     }
 
-    /// Prefills and decodes one wave of at most `max_num_seqs` requests.
-    fn run_wave(&mut self, wave: &[Request]) -> Result<Vec<Completion>> {
+    /// Prefills the prompts of the slots in `rows` together (a power-of-two
+    /// length bucket); the other slots sit the step out.
+    fn prefill(&mut self, requests: &[Request], slots: &mut [Option<Slot>], rows: &[usize]) -> Result<()> {
         let b = self.config.max_num_seqs;
-        let mut slots: Vec<Slot> = wave
-            .iter()
-            .enumerate()
-            .map(|(index, r)| Slot {
-                index,
-                length: r.prompt.len(),
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                finish: None,
-            })
-            .collect();
-        // Prefill: every prompt at once, padded to a power-of-two length.
-        let longest = wave.iter().map(|r| r.prompt.len()).max().unwrap_or(1);
+        let prompt = |row: usize| &requests[slots[row].as_ref().expect("admitted").index].prompt;
+        let longest = rows.iter().map(|&row| prompt(row).len()).max().unwrap_or(1);
         let t = longest.next_power_of_two().max(8).min(self.config.max_model_len);
         let mut ids = vec![0i32; b * t];
         let mut positions = vec![-1i32; b * t];
         let mut last = vec![0i32; b];
-        for (row, request) in wave.iter().enumerate() {
-            for (j, &token) in request.prompt.iter().enumerate() {
+        for &row in rows {
+            for (j, &token) in prompt(row).iter().enumerate() {
                 ids[row * t + j] = token as i32;
                 positions[row * t + j] = j as i32;
             }
-            last[row] = request.prompt.len() as i32 - 1;
+            last[row] = prompt(row).len() as i32 - 1;
         }
-        let mut drawn = self.step(t as i64, &ids, &positions, &last, wave, &slots)?;
-        loop {
-            for (slot, (token, logprob)) in slots.iter_mut().zip(drawn) {
-                if slot.finish.is_none() {
-                    self.record(slot, &wave[slot.index].params, token, logprob);
-                }
-            }
-            if slots.iter().all(|s| s.finish.is_some()) {
-                break;
-            }
-            // Decode: each running slot feeds its last token at the next position.
-            let mut ids = vec![0i32; b];
-            let mut positions = vec![-1i32; b];
-            for (row, slot) in slots.iter().enumerate() {
-                if slot.finish.is_none() {
-                    ids[row] = *slot.tokens.last().expect("a drawn token") as i32;
-                    positions[row] = (slot.length + slot.tokens.len() - 1) as i32;
-                }
-            }
-            drawn = self.step(1, &ids, &positions, &vec![0; b], wave, &slots)?;
+        let drawn = self.step(t as i64, &ids, &positions, &last, &row_settings(requests, slots))?;
+        for &row in rows {
+            let slot = slots[row].as_mut().expect("admitted");
+            let (token, logprob) = drawn[row];
+            self.record(slot, &requests[slot.index].params, token, logprob);
         }
-        Ok(slots
-            .into_iter()
-            .map(|s| Completion {
-                tokens: s.tokens,
-                logprobs: s.logprobs,
-                finish_reason: s.finish.unwrap_or(FinishReason::Length),
-            })
-            .collect())
+        Ok(())
+    }
+
+    /// One decode step: every running slot feeds its last token at its next position.
+    fn decode(&mut self, requests: &[Request], slots: &mut [Option<Slot>]) -> Result<()> {
+        let b = self.config.max_num_seqs;
+        let mut ids = vec![0i32; b];
+        let mut positions = vec![-1i32; b];
+        for (row, slot) in slots.iter().enumerate() {
+            if let Some(slot) = slot {
+                ids[row] = *slot.tokens.last().expect("prefill drew a token") as i32;
+                positions[row] = (slot.length + slot.tokens.len() - 1) as i32;
+            }
+        }
+        let drawn = self.step(1, &ids, &positions, &vec![0; b], &row_settings(requests, slots))?;
+        for (slot, (token, logprob)) in slots.iter_mut().zip(drawn) {
+            if let Some(slot) = slot {
+                self.record(slot, &requests[slot.index].params, token, logprob);
+            }
+        }
+        Ok(())
     }
 
     /// Appends a drawn token and decides whether the slot is done.
@@ -340,28 +421,22 @@ impl Engine {
         ids: &[i32],
         positions: &[i32],
         last: &[i32],
-        wave: &[Request],
-        slots: &[Slot],
+        rows: &[RowSettings],
     ) -> Result<Vec<(u32, f32)>> {
         let program = self.program(t)?;
         let b = self.config.max_num_seqs;
         let device = self.client.device(0)?.clone();
-        let setting = |f: &dyn Fn(&SamplingParams) -> f32| -> Vec<f32> {
-            (0..b).map(|row| wave.get(row).map_or(0.0, |r| f(&r.params))).collect()
-        };
-        let temperature = setting(&|p| p.temperature);
-        let top_p = setting(&|p| p.top_p);
-        let min_p = setting(&|p| p.min_p);
-        let top_k: Vec<i32> = (0..b).map(|row| wave.get(row).map_or(0, |r| r.params.top_k)).collect();
-        let seed: Vec<u32> = (0..b).map(|row| wave.get(row).map_or(0, |r| r.params.seed)).collect();
-        let step: Vec<u32> = (0..b)
-            .map(|row| slots.get(row).map_or(0, |s| s.tokens.len() as u32))
-            .collect();
-        let (rows, vector) = ([b as i64, t], [b as i64]);
+        let temperature: Vec<f32> = rows.iter().map(|r| r.temperature).collect();
+        let top_p: Vec<f32> = rows.iter().map(|r| r.top_p).collect();
+        let min_p: Vec<f32> = rows.iter().map(|r| r.min_p).collect();
+        let top_k: Vec<i32> = rows.iter().map(|r| r.top_k).collect();
+        let seed: Vec<u32> = rows.iter().map(|r| r.seed).collect();
+        let step: Vec<u32> = rows.iter().map(|r| r.step).collect();
+        let (matrix, vector) = ([b as i64, t], [b as i64]);
         let c = &self.client;
         let inputs = [
-            c.buffer_from_host(ids, &rows, &device)?,
-            c.buffer_from_host(positions, &rows, &device)?,
+            c.buffer_from_host(ids, &matrix, &device)?,
+            c.buffer_from_host(positions, &matrix, &device)?,
             c.buffer_from_host(last, &vector, &device)?,
             c.buffer_from_host(&temperature, &vector, &device)?,
             c.buffer_from_host(&top_k, &vector, &device)?,

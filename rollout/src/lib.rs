@@ -3,9 +3,8 @@
 //! - [`sampling`]: the traced token sampler (greedy, temperature, top-k,
 //!   top-p, min-p, per-request seeds) returning each token's log-prob under
 //!   the unmodified policy.
-//! - [`engine`]: generation over a per-slot KV cache on the device, in waves
-//!   of up to `max_num_seqs` requests (continuous batching, prefix sharing
-//!   and live weight updates come next).
+//! - [`engine`]: continuous-batching generation over a per-slot KV cache on
+//!   the device (prefix sharing and live weight updates come next).
 
 #![warn(missing_docs)]
 

@@ -85,6 +85,33 @@ fn a_batch_gives_each_request_the_tokens_it_gets_alone() {
 }
 
 #[test]
+fn requests_join_as_slots_free_up_and_still_match_running_alone() {
+    let client = cpu_client();
+    // Seven requests of different lengths through three slots: later ones join mid-flight.
+    let many: Vec<Request> = (0..7)
+        .map(|i| Request {
+            prompt: (0..1 + i as u32 * 2)
+                .map(|t| (t * 37 + i as u32 * 11) % 127 + 1)
+                .collect(),
+            params: SamplingParams {
+                max_tokens: 3 + (i * 5) % 9,
+                temperature: if i % 3 == 0 { 0.0 } else { 1.1 },
+                seed: 77 + i as u32,
+                ..SamplingParams::default()
+            },
+        })
+        .collect();
+    let mut three = engine(&client, "llama", 3);
+    let together = three.generate(&many).unwrap();
+    let mut alone = engine(&client, "llama", 1);
+    for (request, joined) in many.iter().zip(&together) {
+        let single = alone.generate(std::slice::from_ref(request)).unwrap().remove(0);
+        assert_eq!(single.tokens, joined.tokens, "{request:?}");
+        assert_eq!(joined.tokens.len(), request.params.max_tokens);
+    }
+}
+
+#[test]
 fn returned_log_probs_equal_the_log_prob_program() {
     let client = cpu_client();
     let mut engine = engine(&client, "qwen3", 4);

@@ -33,6 +33,35 @@ pub struct SamplingInputs<'a> {
     pub step: &'a Tensor,
 }
 
+impl<'a> SamplingInputs<'a> {
+    /// The element types of the six inputs, in field order (each `[B]`).
+    pub const TYPES: [ElementType; 6] = [
+        ElementType::F32,
+        ElementType::S32,
+        ElementType::F32,
+        ElementType::F32,
+        ElementType::U32,
+        ElementType::U32,
+    ];
+
+    /// Adds the six inputs as parameters of `graph` for `batch` rows.
+    pub fn parameters(graph: &grpo_xla::trace::Graph, batch: i64) -> Result<Vec<Tensor>> {
+        Self::TYPES.iter().map(|&t| graph.parameter(t, &[batch])).collect()
+    }
+
+    /// Views six tensors (as [`SamplingInputs::parameters`] made them) as the inputs.
+    pub fn from_tensors(t: &'a [Tensor]) -> SamplingInputs<'a> {
+        SamplingInputs {
+            temperature: &t[0],
+            top_k: &t[1],
+            top_p: &t[2],
+            min_p: &t[3],
+            seed: &t[4],
+            step: &t[5],
+        }
+    }
+}
+
 /// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits (f32 `[B]`).
 pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>) -> Result<(Tensor, Tensor)> {
     let (b, v) = (logits.dims()[0], logits.dims()[1]);

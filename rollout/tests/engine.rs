@@ -2,43 +2,20 @@
 //! tokens it gets alone, returned log-probs equal the log-prob program's,
 //! steady state compiles nothing, bad requests are refused.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{cpu_client, fixture};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::weights::Safetensors;
 use grpo_rollout::Error;
-use grpo_rollout::engine::{Engine, EngineConfig, FinishReason, Request, SamplingParams};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
-
-fn fixture(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../model/tests/fixtures/parity")
-        .join(family)
-}
-
-fn cpu_client() -> Client {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap()
-}
+use grpo_rollout::engine::{Engine, FinishReason, Request, SamplingParams};
+use grpo_xla::{Client, ElementType};
 
 fn engine(client: &Client, family: &str, max_num_seqs: usize) -> Engine {
-    let dir = fixture(family);
-    let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
-    let weights = Safetensors::open_dir(&dir).unwrap();
-    let params = upload_parameters(client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
-    let config = EngineConfig {
-        max_num_seqs,
-        max_model_len: 64,
-        dtype: ElementType::F32,
-    };
-    Engine::new(client, decoder, params, config).unwrap()
+    common::engine(client, fixture(family).to_str().unwrap(), max_num_seqs, 64)
 }
 
 fn requests() -> Vec<Request> {

@@ -3,13 +3,12 @@
 //! models, and SmolLM2-135M-Instruct after `grpo setup` (chat prompts, 32
 //! new tokens, stopping at its EOS).
 
+mod common;
+
 use std::path::PathBuf;
 
-use grpo_model::decoder::Decoder;
-use grpo_model::load::upload_parameters;
-use grpo_model::pretrained::Pretrained;
-use grpo_rollout::engine::{Engine, EngineConfig, Request, SamplingParams};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+use common::{cpu_client, fixture};
+use grpo_rollout::engine::{Request, SamplingParams};
 use serde_json::Value;
 
 fn expected() -> Value {
@@ -26,34 +25,10 @@ fn ids(value: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn cpu_client() -> Client {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap()
-}
-
 /// Runs every case of `cases` with `model` greedily and compares the tokens.
 fn check(model: &str, cases: &[&Value], max_tokens: usize, max_model_len: usize) {
     let client = cpu_client();
-    let pretrained = Pretrained::open(model).unwrap();
-    let decoder = Decoder::new(pretrained.config.clone());
-    let params = upload_parameters(
-        &client,
-        client.device(0).unwrap(),
-        &decoder,
-        pretrained.weights.as_ref(),
-        ElementType::F32,
-    )
-    .unwrap();
-    let config = EngineConfig {
-        max_num_seqs: cases.len(),
-        max_model_len,
-        dtype: ElementType::F32,
-    };
-    let mut engine = Engine::new(&client, decoder, params, config).unwrap();
+    let mut engine = common::engine(&client, model, cases.len(), max_model_len);
     let greedy = SamplingParams {
         max_tokens,
         temperature: 0.0,
@@ -88,10 +63,7 @@ fn tiny_models_match_transformers_generate() {
             .filter(|c| c["family"] == family)
             .collect();
         assert_eq!(cases.len(), 3, "{family}");
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../model/tests/fixtures/parity")
-            .join(family);
-        check(dir.to_str().unwrap(), &cases, 16, 64);
+        check(fixture(family).to_str().unwrap(), &cases, 16, 64);
     }
 }
 

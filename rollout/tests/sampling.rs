@@ -2,44 +2,21 @@
 //! the exact filtered distribution computed on the host, greedy rows,
 //! raw log-probs, and per-request determinism independent of the batch.
 
+mod common;
+
+use common::cpu_client;
 use grpo_rollout::sampling::{SamplingInputs, sample};
-use grpo_xla::trace::{Graph, Tensor};
-use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Executable, Platform, Plugin};
+use grpo_xla::trace::Graph;
+use grpo_xla::{Buffer, Client, ElementType, Executable};
 
 const V: i64 = 6;
 const LOGITS: [f32; 6] = [1.2, 0.3, -0.4, 2.0, 0.9, -1.5];
 
-fn cpu_client() -> Client {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    Client::new(
-        &plugin,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
-    )
-    .unwrap()
-}
-
 fn program(client: &Client, b: i64) -> Executable {
     let g = Graph::new("sampler");
     let logits = g.parameter(ElementType::F32, &[b, V]).unwrap();
-    let p: Vec<Tensor> = [
-        ElementType::F32,
-        ElementType::S32,
-        ElementType::F32,
-        ElementType::F32,
-        ElementType::U32,
-        ElementType::U32,
-    ]
-    .iter()
-    .map(|&t| g.parameter(t, &[b]).unwrap())
-    .collect();
-    let inputs = SamplingInputs {
-        temperature: &p[0],
-        top_k: &p[1],
-        top_p: &p[2],
-        min_p: &p[3],
-        seed: &p[4],
-        step: &p[5],
-    };
+    let p = SamplingInputs::parameters(&g, b).unwrap();
+    let inputs = SamplingInputs::from_tensors(&p);
     let (tokens, log_probs) = sample(&logits, &inputs).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }

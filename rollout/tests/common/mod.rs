@@ -1,0 +1,48 @@
+//! Shared helpers of the rollout tests.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::pretrained::Pretrained;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+
+/// A one-device client of the installed CPU plugin, without a disk cache.
+pub fn cpu_client() -> Client {
+    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
+    Client::new(
+        &plugin,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap()
+}
+
+/// A tiny fixture model folder of `family` (llama, qwen2, qwen3).
+pub fn fixture(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/fixtures/parity")
+        .join(family)
+}
+
+/// An f32 engine for `model` (as `--model` takes it) with these sizes.
+pub fn engine(client: &Client, model: &str, max_num_seqs: usize, max_model_len: usize) -> Engine {
+    let pretrained = Pretrained::open(model).unwrap();
+    let decoder = Decoder::new(pretrained.config.clone());
+    let params = upload_parameters(
+        client,
+        client.device(0).unwrap(),
+        &decoder,
+        pretrained.weights.as_ref(),
+        ElementType::F32,
+    )
+    .unwrap();
+    let config = EngineConfig {
+        max_num_seqs,
+        max_model_len,
+        dtype: ElementType::F32,
+    };
+    Engine::new(client, decoder, params, config).unwrap()
+}

@@ -127,6 +127,14 @@ impl Decoder {
         &self.params
     }
 
+    /// Adds every parameter to `graph` as a `dtype` input, in [`Decoder::parameters`] order.
+    pub fn parameter_tensors(&self, graph: &grpo_xla::trace::Graph, dtype: ElementType) -> Result<Vec<Tensor>> {
+        self.params
+            .iter()
+            .map(|p| graph.parameter(dtype, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect()
+    }
+
     /// Wraps traced parameter tensors (in [`Decoder::parameters`] order).
     pub fn weights<'a>(&'a self, tensors: &'a [Tensor]) -> Weights<'a> {
         Weights {

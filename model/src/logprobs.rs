@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use grpo_xla::trace::{Graph, Tensor};
+use grpo_xla::trace::Graph;
 use grpo_xla::{Buffer, Client, ElementType, Executable, Pred};
 
 use crate::decoder::Decoder;
@@ -51,12 +51,7 @@ impl LogprobsRunner {
             return Ok(program.clone());
         }
         let graph = Graph::new(&format!("logprobs_{batch}x{length}"));
-        let params: Vec<Tensor> = self
-            .decoder
-            .parameters()
-            .iter()
-            .map(|p| graph.parameter(self.dtype, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
-            .collect::<grpo_xla::Result<_>>()?;
+        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[batch, length])?;
         let mask = graph.parameter(ElementType::Pred, &[batch, length])?;
         let (logprobs, entropy) = self.decoder.token_logprobs(&params, &ids, &mask)?;

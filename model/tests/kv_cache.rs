@@ -17,15 +17,7 @@ use grpo_xla::{Buffer, Client, ElementType, Executable, Pred};
 const CAPACITY: i64 = 16;
 
 fn params(graph: &Graph, decoder: &Decoder) -> Vec<Tensor> {
-    decoder
-        .parameters()
-        .iter()
-        .map(|p| {
-            graph
-                .parameter(ElementType::F32, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>())
-                .unwrap()
-        })
-        .collect()
+    decoder.parameter_tensors(graph, ElementType::F32).unwrap()
 }
 
 /// `(params, ids [1, t], positions [1, t], cache…) → (logits, cache…)`.

@@ -61,15 +61,7 @@ fn check_family(family: &str) {
     let (b, t) = (input.ids.len() as i64, input.ids[0].len() as i64);
 
     let graph = Graph::new("parity");
-    let params: Vec<Tensor> = decoder
-        .parameters()
-        .iter()
-        .map(|p| {
-            graph
-                .parameter(ElementType::F32, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>())
-                .unwrap()
-        })
-        .collect();
+    let params: Vec<Tensor> = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
     let ids = graph.parameter(ElementType::S32, &[b, t]).unwrap();
     let mask = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
     let (logprobs, entropy) = decoder.token_logprobs(&params, &ids, &mask).unwrap();

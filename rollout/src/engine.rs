@@ -303,26 +303,11 @@ impl Engine {
         let b = self.config.max_num_seqs as i64;
         let graph = Graph::new(&format!("engine_step_{b}x{t}"));
         let dtype = self.config.dtype;
-        let params: Vec<Tensor> = self
-            .decoder
-            .parameters()
-            .iter()
-            .map(|p| graph.parameter(dtype, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
-            .collect::<grpo_xla::Result<_>>()?;
+        let params = self.decoder.parameter_tensors(&graph, dtype)?;
         let ids = graph.parameter(ElementType::S32, &[b, t])?;
         let positions = graph.parameter(ElementType::S32, &[b, t])?;
         let last = graph.parameter(ElementType::S32, &[b])?;
-        let settings: Vec<Tensor> = [
-            ElementType::F32,
-            ElementType::S32,
-            ElementType::F32,
-            ElementType::F32,
-            ElementType::U32,
-            ElementType::U32,
-        ]
-        .iter()
-        .map(|&d| graph.parameter(d, &[b]))
-        .collect::<grpo_xla::Result<_>>()?;
+        let settings = SamplingInputs::parameters(&graph, b)?;
         let cache: Vec<Tensor> = self
             .decoder
             .cache_types(b, self.config.max_model_len as i64, dtype)
@@ -337,14 +322,7 @@ impl Engine {
             &graph.full(0.0, ElementType::F32, &[b, t])?,
         )?;
         let picked = one_hot.dot_general(&logits, &[0], &[0], &[1], &[1])?;
-        let inputs = SamplingInputs {
-            temperature: &settings[0],
-            top_k: &settings[1],
-            top_p: &settings[2],
-            min_p: &settings[3],
-            seed: &settings[4],
-            step: &settings[5],
-        };
+        let inputs = SamplingInputs::from_tensors(&settings);
         let (tokens, logprobs) = sample(&picked, &inputs)?;
         let mut outputs = vec![&tokens, &logprobs];
         outputs.extend(cache.iter());

@@ -8,16 +8,15 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
+use grpo_xla::{Client, ClientOptions, ElementType, Platform};
 
 /// A one-device client of the installed CPU plugin, without a disk cache.
 pub fn cpu_client() -> Client {
-    let plugin = Plugin::find(Platform::Cpu).unwrap_or_else(|e| panic!("{e}"));
-    Client::new(
-        &plugin,
+    Client::for_platform(
+        Platform::Cpu,
         ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
     )
-    .unwrap()
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A tiny fixture model folder of `family` (llama, qwen2, qwen3).

@@ -52,11 +52,7 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let params = upload_parameters(&client, &device, &decoder, model.weights.as_ref(), dtype)?;
 
     let graph = Graph::new("model_step");
-    let inputs: Vec<Tensor> = decoder
-        .parameters()
-        .iter()
-        .map(|p| graph.parameter(dtype, &p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
-        .collect::<grpo_xla::Result<_>>()?;
+    let inputs = decoder.parameter_tensors(&graph, dtype)?;
     let ids = graph.parameter(ElementType::S32, &[args.batch, args.seq])?;
     let mask = graph.parameter(ElementType::Pred, &[args.batch, args.seq])?;
     let (logprobs, _) = decoder.token_logprobs(&inputs, &ids, &mask)?;

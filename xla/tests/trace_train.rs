@@ -126,13 +126,17 @@ fn adamw_matches_host_f64_for_ten_steps() {
         params = outputs;
     }
     assert_eq!(client.compile_stats().compiles, 1);
+    // Each f32 step rounds a parameter of magnitude ≤ 1 by at most a few
+    // 6e-8 ulps, so ten steps stay within 2e-6 of the f64 path — measured
+    // against the parameters' scale (a parameter that crosses zero keeps the
+    // absolute error of its earlier, larger values).
     let mut worst: f64 = 0.0;
     for (buffer, want) in params.iter().zip(&host_params) {
         for (got, want) in buffer.to_host::<f32>().unwrap().iter().zip(want) {
-            worst = worst.max((f64::from(*got) - want).abs() / want.abs().max(1e-2));
+            worst = worst.max((f64::from(*got) - want).abs() / want.abs().max(1.0));
         }
     }
-    assert!(worst <= 1e-5, "max relative error {worst}");
+    assert!(worst <= 2e-6, "max error {worst} relative to the parameters' scale");
 }
 
 #[test]

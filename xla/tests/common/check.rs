@@ -3,7 +3,6 @@
 
 use grpo_xla::trace::{Graph, Tensor, grad};
 use grpo_xla::{Client, ElementType, Executable, Result};
-use rand::Rng;
 
 /// One f64 input: its shape and the range its random values come from.
 #[derive(Debug, Clone)]
@@ -36,10 +35,7 @@ impl Input {
     }
 
     fn sample(&self) -> Vec<f64> {
-        let mut rng = rand::rng();
-        (0..self.count())
-            .map(|_| rng.random_range(self.low..self.high))
-            .collect()
+        super::random_in(self.count(), self.low, self.high)
     }
 }
 

@@ -4,7 +4,9 @@
 #![allow(dead_code)]
 
 use grpo_xla::{Client, ClientOptions, ElementType, Platform, Plugin};
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
 
 /// A client of the CPU plugin with `devices` virtual devices and no disk cache.
 ///
@@ -31,10 +33,31 @@ pub fn clients() -> Vec<Client> {
     clients
 }
 
-/// `count` uniform values in [-1, 1), fresh every run.
+thread_local! {
+    /// Each test runs on its own thread, so each test draws the same values on
+    /// every run, whatever else runs beside it.
+    static TEST_RNG: RefCell<StdRng> = RefCell::new(StdRng::seed_from_u64(test_seed()));
+}
+
+/// The seed of the tests' random data: `GRPO_TEST_SEED`, or 0.
+fn test_seed() -> u64 {
+    std::env::var("GRPO_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `count` uniform values in [`low`, `high`) from this test's reproducible stream.
+pub fn random_in(count: usize, low: f64, high: f64) -> Vec<f64> {
+    TEST_RNG.with(|rng| {
+        let mut rng = rng.borrow_mut();
+        (0..count).map(|_| rng.random_range(low..high)).collect()
+    })
+}
+
+/// `count` uniform values in [-1, 1) (see [`random_in`]).
 pub fn random_f64(count: usize) -> Vec<f64> {
-    let mut rng = rand::rng();
-    (0..count).map(|_| rng.random_range(-1.0..1.0)).collect()
+    random_in(count, -1.0, 1.0)
 }
 
 /// Row-major matrix product in f64: (m×k)·(k×n), and Σ|a||b| per element

@@ -1,4 +1,4 @@
-//! Gather, scatter-add, take, take_along_axis, cumsum, argmax and argmin:
+//! Gather, scatter-add, scatter, take, take_along_axis, cumsum, argmax and argmin:
 //! forward values against host loops, gradients against finite
 //! differences, and shape errors while tracing.
 
@@ -218,6 +218,35 @@ fn scatter_add_accumulates_repeated_indices() {
         out
     };
     check_forward(&client, &inputs, scatter, host, 1e-12);
+    check_gradient(&client, &inputs, scatter);
+}
+
+#[test]
+fn scatter_overwrites_windows_and_skips_out_of_range_ones() {
+    let client = cpu_client(1);
+    // Rows 3 and 0 are overwritten; −1 and 5 fall outside and write nothing.
+    let rows = [3, -1, 0, 5];
+    let dims = ScatterDims {
+        update_window_dims: vec![1],
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+    };
+    let inputs = [Input::new(&[5, 3]), Input::new(&[4, 3])];
+    let scatter = |p: &[Tensor]| p[0].scatter(&ids(&p[0], &rows, &[4])?, &p[1], &dims);
+    let host = |v: &[Vec<f64>]| {
+        let mut out = v[0].clone();
+        for (k, &row) in rows.iter().enumerate() {
+            if (0..5).contains(&row) {
+                out[row as usize * 3..row as usize * 3 + 3].copy_from_slice(&v[1][k * 3..k * 3 + 3]);
+            }
+        }
+        out
+    };
+    check_forward(&client, &inputs, scatter, host, 0.0);
+    // Gradients match for in-range, distinct windows (see the module's doc).
+    let rows = [3, 1, 0, 4];
+    let scatter = |p: &[Tensor]| p[0].scatter(&ids(&p[0], &rows, &[4])?, &p[1], &dims);
     check_gradient(&client, &inputs, scatter);
 }
 

@@ -132,6 +132,13 @@ impl Emitter {
             "{{\n^bb0({a}: {scalar}, {b}: {scalar}):\n  {c} = \"{op}\"({a}, {b}) : ({scalar}, {scalar}) -> {scalar}\n  \"stablehlo.return\"({c}) : ({scalar}) -> ()\n}}"
         )
     }
+
+    /// A region of two `dtype` scalars returning the second (a scatter that overwrites).
+    pub(crate) fn second_argument_region(&mut self, dtype: ElementType) -> String {
+        let scalar = TensorType::new(dtype, []).mlir();
+        let (a, b) = (self.fresh(), self.fresh());
+        format!("{{\n^bb0({a}: {scalar}, {b}: {scalar}):\n  \"stablehlo.return\"({b}) : ({scalar}) -> ()\n}}")
+    }
 }
 
 /// One node being emitted: its operand names and types, its result types.

@@ -13,7 +13,7 @@ use super::ops::control::{RngBitGenerator, Sort, StopGradient, While};
 use super::ops::custom::CustomVjp;
 use super::ops::dot::DotGeneral;
 use super::ops::elementwise::{Binary, Compare, Convert, Select, Unary};
-use super::ops::gather::{Gather, ScatterAdd};
+use super::ops::gather::{Gather, Scatter};
 use super::ops::reduce::{ArgMax, CumSum, Reduce};
 use super::ops::shape::{
     BroadcastInDim, Concatenate, DynamicSlice, DynamicUpdateSlice, Pad, Reshape, Reverse, Slice, Transpose,
@@ -51,7 +51,7 @@ pub(crate) enum Op {
     StopGradient(StopGradient),
     CustomVjp(CustomVjp),
     Gather(Gather),
-    ScatterAdd(ScatterAdd),
+    Scatter(Scatter),
 }
 
 /// The inputs, outputs and output cotangents of a node, for its VJP.
@@ -119,7 +119,7 @@ impl Op {
             Op::StopGradient(r) => r,
             Op::CustomVjp(r) => r,
             Op::Gather(r) => r,
-            Op::ScatterAdd(r) => r,
+            Op::Scatter(r) => r,
         })
     }
 

@@ -1,14 +1,16 @@
 //! Indexed reads and writes: `gather` (slices at run-time start indices),
 //! `scatter_add` (updates summed into slices at run-time start indices),
-//! and the model helpers built on gather: `take` (embedding lookup) and
-//! `take_along_axis`.
+//! `scatter` (slices overwritten by the updates), and the model helpers
+//! built on gather: `take` (embedding lookup) and `take_along_axis`.
 //!
-//! Each is the other's transpose: the VJP of a gather scatter-adds its
-//! cotangent into zeros, and that of a scatter-add passes the cotangent to
-//! the operand and gathers it for the updates. Indices are integers and get
-//! no gradient. They are expected in range: XLA clamps gather starts into
-//! the operand but skips scatter updates that fall outside it, so only
-//! in-range indices give gradients that match.
+//! Gather and scatter-add are each other's transpose: the VJP of a gather
+//! scatter-adds its cotangent into zeros, and that of a scatter-add passes
+//! the cotangent to the operand and gathers it for the updates. A replacing
+//! scatter passes the operand the cotangent with the overwritten windows
+//! zeroed. Indices are integers and get no gradient. They are expected in
+//! range: XLA clamps gather starts into the operand but skips scatter
+//! updates that fall outside it, so only in-range indices give gradients
+//! that match (and a replacing scatter's need distinct windows).
 
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
@@ -36,8 +38,8 @@ pub struct GatherDims {
     pub index_vector_dim: usize,
 }
 
-/// Dimension numbers of [`Tensor::scatter_add`]: StableHLO's, without
-/// batching dimensions.
+/// Dimension numbers of [`Tensor::scatter_add`] and [`Tensor::scatter`]:
+/// StableHLO's, without batching dimensions.
 ///
 /// Every index vector of the indices gives the start of one window of the
 /// operand, into which the matching window of the updates is added. The
@@ -63,10 +65,20 @@ pub(crate) struct Gather {
     pub slice_sizes: Vec<i64>,
 }
 
-/// Operand 0 with windows of operand 2 added at the start indices of operand 1.
+/// How a scatter combines an update with the operand's value it lands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Combine {
+    /// The sum of both.
+    Add,
+    /// The update.
+    Replace,
+}
+
+/// Operand 0 with windows of operand 2 combined in at the start indices of operand 1.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ScatterAdd {
+pub(crate) struct Scatter {
     pub dims: ScatterDims,
+    pub combine: Combine,
 }
 
 /// Strictly increasing dimensions below `bound`.
@@ -182,12 +194,12 @@ impl Gather {
     }
 }
 
-impl ScatterAdd {
+impl Scatter {
     /// The result type (the operand's), or an error naming what does not fit.
     fn infer(&self, operand: &TensorType, indices: &TensorType, updates: &TensorType) -> Result<TensorType> {
         let d = &self.dims;
         let fail = |why: String| Error::Trace {
-            op: "scatter_add",
+            op: self.name(),
             message: format!("{why} (operand {operand}, indices {indices}, updates {updates}, {d:?})"),
         };
         let rank = operand.dims.len();
@@ -254,11 +266,27 @@ impl Tensor {
     /// region, no batching dimensions); repeated indices accumulate and
     /// windows that fall outside are skipped.
     pub fn scatter_add(&self, indices: &Tensor, updates: &Tensor, dims: &ScatterDims) -> Result<Tensor> {
-        self.same_graph(indices, "scatter_add")?;
-        self.same_graph(updates, "scatter_add")?;
-        let op = ScatterAdd { dims: dims.clone() };
+        self.scatter_with(indices, updates, dims, Combine::Add)
+    }
+
+    /// This tensor with each window of `updates` written over the window at
+    /// the start given by its index vector of `indices` (StableHLO scatter
+    /// returning the update); windows that fall outside are skipped, so an
+    /// out-of-range index (−1, say) writes nothing. Windows should not
+    /// overlap: which of two overlapping updates wins is unspecified.
+    pub fn scatter(&self, indices: &Tensor, updates: &Tensor, dims: &ScatterDims) -> Result<Tensor> {
+        self.scatter_with(indices, updates, dims, Combine::Replace)
+    }
+
+    fn scatter_with(&self, indices: &Tensor, updates: &Tensor, dims: &ScatterDims, combine: Combine) -> Result<Tensor> {
+        let op = Scatter {
+            dims: dims.clone(),
+            combine,
+        };
+        self.same_graph(indices, op.name())?;
+        self.same_graph(updates, op.name())?;
         let ty = op.infer(&self.ty, &indices.ty, &updates.ty)?;
-        self.graph.apply(Op::ScatterAdd(op), &[self, indices, updates], ty)
+        self.graph.apply(Op::Scatter(op), &[self, indices, updates], ty)
     }
 
     /// The entries at integer `indices` (any shape) along `axis`, as
@@ -365,14 +393,21 @@ impl Rule for Gather {
     }
 }
 
-impl Rule for ScatterAdd {
+impl Rule for Scatter {
     fn name(&self) -> &'static str {
-        "scatter_add"
+        match self.combine {
+            Combine::Add => "scatter_add",
+            Combine::Replace => "scatter",
+        }
     }
 
     fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
         let d = &self.dims;
-        let region = ctx.e.reducer_region("stablehlo.add", ctx.operand_types[0].dtype);
+        let dtype = ctx.operand_types[0].dtype;
+        let region = match self.combine {
+            Combine::Add => ctx.e.reducer_region("stablehlo.add", dtype),
+            Combine::Replace => ctx.e.second_argument_region(dtype),
+        };
         ctx.generic(
             "stablehlo.scatter",
             &format!(
@@ -387,8 +422,9 @@ impl Rule for ScatterAdd {
         Ok(())
     }
 
-    /// The operand's cotangent passes through; the updates' is the
-    /// cotangent gathered from the windows they were added to.
+    /// The updates' cotangent is the cotangent gathered from the windows
+    /// they landed on; the operand's passes through, with those windows
+    /// zeroed when they were overwritten.
     fn vjp(&self, args: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
         let (indices, updates, g) = (&args.inputs[1], &args.inputs[2], args.cotangent(0)?);
         let d = &self.dims;
@@ -403,7 +439,11 @@ impl Rule for ScatterAdd {
             })
             .collect();
         let d_updates = g.gather(indices, &d.transposed(), &slice_sizes)?;
-        Ok(vec![Some(g), None, Some(d_updates)])
+        let d_operand = match self.combine {
+            Combine::Add => g,
+            Combine::Replace => g.scatter(indices, &updates.zeros_like()?, d)?,
+        };
+        Ok(vec![Some(d_operand), None, Some(d_updates)])
     }
 }
 
@@ -435,13 +475,14 @@ mod tests {
     fn scatter_shape_checks_windows_against_indices() {
         let operand = TensorType::new(ElementType::F32, [5, 3]);
         let indices = TensorType::new(ElementType::S32, [4]);
-        let scatter = ScatterAdd {
+        let scatter = Scatter {
             dims: ScatterDims {
                 update_window_dims: vec![1],
                 inserted_window_dims: vec![0],
                 scatter_dims_to_operand_dims: vec![0],
                 index_vector_dim: 1,
             },
+            combine: Combine::Add,
         };
         let updates = TensorType::new(ElementType::F32, [4, 3]);
         assert_eq!(scatter.infer(&operand, &indices, &updates).unwrap(), operand);

@@ -7,7 +7,7 @@
 //! same block serves training (keys = this sequence) and generation (keys =
 //! a KV cache the rollout engine owns).
 
-use grpo_xla::trace::{Tensor, linear_log_probs};
+use grpo_xla::trace::{ScatterDims, Tensor, linear_log_probs};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -80,25 +80,20 @@ fn causal_mask(mask: &Tensor) -> Result<Tensor> {
     col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)
 }
 
-/// `cache` `[B, kv, S, hd]` with `new` `[B, kv, T, hd]` written at the
-/// slots `written` `[B, T, S]` marks (one slot per token).
-fn write_slots(cache: &Tensor, new: &Tensor, written: &Tensor) -> Result<Tensor> {
-    let dtype = new.dtype();
-    let graph = written.graph();
-    let one_hot = written.select(
-        &graph.full(1.0, dtype, written.dims())?,
-        &graph.full(0.0, dtype, written.dims())?,
-    )?;
-    // [B, T, S] · [B, kv, T, hd] over T, batched over B → [B, S, kv, hd].
-    let placed = one_hot
-        .dot_general(new, &[0], &[0], &[1], &[2])?
-        .transpose(&[0, 2, 1, 3])?;
-    let (b, s) = (cache.dims()[0], cache.dims()[2]);
-    let any = one_hot
-        .sum(&[1])?
-        .gt(&one_hot.scalar_like(0.0)?.broadcast_to(&[b, s])?)?;
-    let any = any.reshape(&[b, 1, s, 1])?.broadcast_to(cache.dims())?;
-    any.select(&placed, cache)
+/// `cache` `[S, kv, C, hd]` with `new` `[B, kv, T, hd]` (B ≤ S) written
+/// at row `b`, slot `positions[b, t]`; tokens at position −1 write nothing.
+fn write_positions(cache: &Tensor, new: &Tensor, positions: &Tensor) -> Result<Tensor> {
+    let (b, t) = (positions.dims()[0], positions.dims()[1]);
+    let graph = positions.graph();
+    let rows = graph.iota(ElementType::S32, &[b, t, 1], 0)?;
+    let indices = Tensor::concatenate(&[&rows, &positions.reshape(&[b, t, 1])?], 2)?;
+    let dims = ScatterDims {
+        update_window_dims: vec![2, 3],
+        inserted_window_dims: vec![0, 2],
+        scatter_dims_to_operand_dims: vec![0, 2],
+        index_vector_dim: 2,
+    };
+    cache.scatter(&indices, &new.transpose(&[0, 2, 1, 3])?, &dims)
 }
 
 /// `dims` with the last axis of size 1.
@@ -215,36 +210,60 @@ impl Decoder {
     }
 
     /// Logits of `ids` `[B, T]` at `positions` `[B, T]` attending through a
-    /// KV cache (as [`Decoder::cache_types`], flattened keys/values per
-    /// layer): the new keys and values are written at their positions, and
-    /// each token attends to every cached position at or before its own.
-    /// Returns the logits and the updated cache. Prefill (T tokens) and
-    /// decode (T = 1) are the same function with other shapes.
+    /// KV cache of at least `B` rows (as [`Decoder::cache_types`], keys then
+    /// values per layer): row `b` of the cache is sequence `b`. The new keys
+    /// and values are written at their positions (−1: a padding token that
+    /// writes nothing), then each token attends to the cached positions at
+    /// or before its own among the first `window` — later positions are
+    /// never read, so a program for short sequences skips the rest of the
+    /// cache. Returns the logits and the updated (whole) cache. Prefill (T
+    /// tokens) and decode (T = 1) are the same function with other shapes.
     pub fn logits_with_cache(
         &self,
         tensors: &[Tensor],
         ids: &Tensor,
         positions: &Tensor,
         cache: &[Tensor],
+        window: i64,
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let graph = ids.graph();
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
-        let capacity = cache.first().map_or(0, |k| k.dims()[2]);
-        let slots = graph.iota(ElementType::S32, &[1, 1, capacity], 2)?;
-        let at = positions.reshape(&[b, t, 1])?;
-        // written[b, t, s]: token t goes to slot s; allowed: slot s is at or before token t.
-        let written = slots.eq(&at)?;
-        let allowed = slots.le(&at)?;
+        let visible = graph.iota(ElementType::S32, &[1, 1, window], 2)?;
+        let allowed = visible.le(&positions.reshape(&[b, t, 1])?)?;
         let mut updated = Vec::with_capacity(cache.len());
+        let read = |full: &Tensor| -> Result<Tensor> {
+            let d = full.dims();
+            full.slice(&[0, 0, 0, 0], &[b, d[1], window, d[3]], &[1, 1, 1, 1])
+        };
         let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
-            let k = write_slots(&cache[2 * layer], &k, &written)?;
-            let v = write_slots(&cache[2 * layer + 1], &v, &written)?;
-            let context = self.attend(&q, &k, &v, &allowed)?;
+            let k = write_positions(&cache[2 * layer], &k, positions)?;
+            let v = write_positions(&cache[2 * layer + 1], &v, positions)?;
+            let context = self.attend(&q, &read(&k)?, &read(&v)?, &allowed)?;
             updated.push(k);
             updated.push(v);
             Ok(context)
         })?;
         Ok((self.head(tensors, &hidden)?, updated))
+    }
+
+    /// The keys and values (per layer, keys then values, each `[B, kv, T,
+    /// hd]`, RoPE applied) of the prompts `ids` `[B, T]` at `positions`
+    /// `[B, T]` (−1 marks padding), each token attending to the real tokens
+    /// at or before its position: what a KV cache holds after prefilling
+    /// them. The output head is not computed.
+    pub fn prompt_kv(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor) -> Result<Vec<Tensor>> {
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let keys = positions.reshape(&[b, 1, t])?;
+        let queries = positions.reshape(&[b, t, 1])?;
+        let allowed = keys.le(&queries)?.and(&keys.ge(&keys.zeros_like()?)?)?;
+        let mut kv = Vec::with_capacity(2 * self.config.layers);
+        self.forward(tensors, ids, positions, |_, q, k, v| {
+            let context = self.attend(&q, &k, &v, &allowed)?;
+            kv.push(k);
+            kv.push(v);
+            Ok(context)
+        })?;
+        Ok(kv)
     }
 
     /// The decoder stack up to the final norm; `attend(layer, q, k, v)`

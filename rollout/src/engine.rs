@@ -1,27 +1,35 @@
-//! The generation engine: continuous batching of requests over a per-slot
-//! contiguous KV cache on the device (`max_num_seqs` slots).
+//! The generation engine: continuous batching of sampled sequences over a
+//! per-slot contiguous KV cache on one device.
 //!
-//! One program shape serves prefill and decode: `(params, ids [B, T],
-//! positions [B, T], last [B], sampling inputs, cache) → (tokens [B],
-//! log-probs [B], cache')` with the cache donated. A position of −1 marks
-//! "no token here": nothing is written to the cache and nothing attends to
-//! it, so idle slots and prompt padding cost compute but never change
-//! results. Prefill uses `T` = the prompt-length bucket (a power of two),
-//! decode `T = 1`; every program is compiled once.
+//! Each of `max_num_seqs` slots holds one running sample. A request waits
+//! in a first-come queue until `n` slots are free (admission by free
+//! cache, never a failure); then its prompt is prefilled once into one slot
+//! and forked into the others, and every later step decodes one token for
+//! each running sample. Requests join between decode steps and a finished
+//! sample leaves its slot at once; any request can be aborted at any time.
+//! [`programs`](crate::programs) has the programs and their buckets.
 //!
 //! Memory: the cache holds `2 · layers · max_num_seqs · kv_heads ·
-//! max_model_len · head_dim` elements of the parameter dtype; slots are
-//! reused without clearing, because a slot's positions up to its current
-//! length are always rewritten by its own request before they are read.
+//! max_model_len · head_dim` elements of the parameter dtype (SmolLM2-135M,
+//! f32, 16 slots × 1024 tokens: 720 MiB), plus three `max_num_seqs ×
+//! vocab` f32 history tables (16 × 49,152: 9 MiB). Contiguous slots waste
+//! what short sequences leave unused but need no block tables; slots are
+//! reused without clearing, because a sequence writes every position
+//! before it reads it.
+//!
+//! Weights can be replaced between steps ([`Engine::update_weights`]);
+//! every token records the policy version that produced it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use grpo_model::decoder::Decoder;
-use grpo_xla::trace::{Graph, Tensor};
-use grpo_xla::{Arg, Buffer, Client, ElementType, Executable};
+use grpo_model::weights::HostTensor;
+use grpo_xla::{Arg, Buffer, Client, ElementType};
 
 use crate::error::{Error, Result};
-use crate::sampling::{SamplingInputs, sample};
+use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
+use crate::programs::{ProgramKey, Programs, upload};
+use crate::request::{Limits, Request};
 
 /// How big the engine is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,392 +52,573 @@ impl Default for EngineConfig {
     }
 }
 
-/// How one request is sampled.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplingParams {
-    /// Most tokens to generate (≥ 1).
-    pub max_tokens: usize,
-    /// 0 is greedy.
-    pub temperature: f32,
-    /// 0 keeps all tokens.
-    pub top_k: i32,
-    /// In (0, 1].
-    pub top_p: f32,
-    /// In [0, 1).
-    pub min_p: f32,
-    /// The request's seed.
-    pub seed: u32,
-    /// Tokens that end the completion (the model's EOS is added unless `ignore_eos`).
-    pub stop_token_ids: Vec<u32>,
-    /// Keep going past EOS.
-    pub ignore_eos: bool,
+/// What happens to running samples when the weights change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlight {
+    /// They continue; their later tokens use (and record) the new version.
+    Keep,
+    /// They end now with [`FinishReason::Abort`], as do waiting requests.
+    Abort,
 }
 
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            max_tokens: 16,
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            seed: 0,
-            stop_token_ids: Vec::new(),
-            ignore_eos: false,
-        }
+/// A snapshot of the engine's load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests waiting for slots.
+    pub waiting: usize,
+    /// Samples running in slots.
+    pub running: usize,
+    /// Free slots.
+    pub free_slots: usize,
+    /// The policy version of the current weights.
+    pub version: u64,
+    /// Programs compiled so far (fixed once every bucket in use is compiled).
+    pub compiled_programs: usize,
+}
+
+/// One running sample, in its slot.
+struct Sequence {
+    request: RequestId,
+    index: usize,
+    prompt_len: usize,
+    /// The token the next decode step feeds (the last prompt token at first).
+    next_input: u32,
+    tokens: Vec<Token>,
+}
+
+impl Sequence {
+    /// The position the next decode step writes.
+    fn position(&self) -> usize {
+        self.prompt_len - 1 + self.tokens.len()
     }
 }
 
-/// A prompt and how to continue it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    /// Prompt token ids (at least one).
-    pub prompt: Vec<u32>,
-    /// Sampling settings.
-    pub params: SamplingParams,
-}
-
-/// Why a completion ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// A stop token was generated (it is the last token).
-    Stop,
-    /// `max_tokens` or the context length was reached.
-    Length,
-}
-
-/// A finished completion.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Completion {
-    /// Generated token ids.
-    pub tokens: Vec<u32>,
-    /// Each token's log-prob under the unmodified policy.
-    pub logprobs: Vec<f32>,
-    /// Why it ended.
-    pub finish_reason: FinishReason,
+/// A request the engine holds (waiting or running).
+struct Held {
+    request: Request,
+    /// EOS (unless `ignore_eos`) and the request's stop token ids.
+    stop_tokens: Vec<u32>,
+    /// Samples not yet finished.
+    unfinished: usize,
 }
 
 /// The engine: weights, cache and compiled programs on one device.
 pub struct Engine {
     client: Client,
-    decoder: Decoder,
+    programs: Programs,
     config: EngineConfig,
-    eos: Vec<u32>,
     params: Vec<Buffer>,
-    cache: Vec<Buffer>,
-    programs: HashMap<i64, Executable>,
-}
-
-/// The request a cache slot is serving.
-struct Slot {
-    index: usize,
-    length: usize,
-    tokens: Vec<u32>,
-    logprobs: Vec<f32>,
-    finish: Option<FinishReason>,
-}
-
-impl Slot {
-    fn new(index: usize, length: usize) -> Slot {
-        Slot {
-            index,
-            length,
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            finish: None,
-        }
-    }
-}
-
-/// The sampler's inputs for one slot of a step (idle slots: greedy, seed 0).
-#[derive(Debug, Clone, Copy)]
-struct RowSettings {
-    temperature: f32,
-    top_k: i32,
-    top_p: f32,
-    min_p: f32,
-    seed: u32,
-    step: u32,
-}
-
-/// The sampler's inputs of every slot.
-fn row_settings(requests: &[Request], slots: &[Option<Slot>]) -> Vec<RowSettings> {
-    slots
-        .iter()
-        .map(|slot| match slot {
-            Some(slot) => {
-                let p = &requests[slot.index].params;
-                RowSettings {
-                    temperature: p.temperature,
-                    top_k: p.top_k,
-                    top_p: p.top_p,
-                    min_p: p.min_p,
-                    seed: p.seed,
-                    step: slot.tokens.len() as u32,
-                }
-            }
-            None => RowSettings {
-                temperature: 0.0,
-                top_k: 0,
-                top_p: 1.0,
-                min_p: 0.0,
-                seed: 0,
-                step: 0,
-            },
-        })
-        .collect()
-}
-
-/// Moves finished slots' completions into `done`, freeing the slots.
-fn retire(slots: &mut [Option<Slot>], done: &mut [Option<Completion>]) {
-    for entry in slots.iter_mut() {
-        if entry.as_ref().is_some_and(|s| s.finish.is_some()) {
-            let slot = entry.take().expect("checked");
-            done[slot.index] = Some(Completion {
-                tokens: slot.tokens,
-                logprobs: slot.logprobs,
-                finish_reason: slot.finish.expect("checked"),
-            });
-        }
-    }
+    version: u64,
+    state: Vec<Buffer>,
+    slots: Vec<Option<Sequence>>,
+    queue: VecDeque<RequestId>,
+    held: HashMap<RequestId, Held>,
+    next_id: RequestId,
+    /// Updates made outside a step (aborts), returned by the next step.
+    pending: Vec<SampleUpdate>,
 }
 
 impl Engine {
-    /// An engine serving `decoder` with `params` (uploaded in `config.dtype`).
+    /// An engine serving `decoder` with `params` (in [`Decoder::parameters`]
+    /// order, `config.dtype`), as policy version 0.
     pub fn new(client: &Client, decoder: Decoder, params: Vec<Buffer>, config: EngineConfig) -> Result<Engine> {
+        if config.max_num_seqs == 0 || config.max_model_len < 2 {
+            return Err(Error::InvalidRequest {
+                message: format!(
+                    "an engine needs max_num_seqs ≥ 1 and max_model_len ≥ 2, not {} and {}",
+                    config.max_num_seqs, config.max_model_len
+                ),
+            });
+        }
+        let programs = Programs::new(client, decoder, config.dtype, config.max_num_seqs, config.max_model_len);
         let device = client.device(0)?;
-        let cache = decoder
-            .cache_types(config.max_num_seqs as i64, config.max_model_len as i64, config.dtype)
+        let state = programs
+            .state_types()
             .iter()
             .map(|t| client.buffer_from_host_bytes(&vec![0u8; t.byte_size()], t, device))
             .collect::<grpo_xla::Result<Vec<_>>>()?;
-        let eos = decoder.config().eos_token_ids.clone();
         Ok(Engine {
             client: client.clone(),
-            decoder,
+            programs,
             config,
-            eos,
             params,
-            cache,
-            programs: HashMap::new(),
+            version: 0,
+            state,
+            slots: (0..config.max_num_seqs).map(|_| None).collect(),
+            queue: VecDeque::new(),
+            held: HashMap::new(),
+            next_id: 0,
+            pending: Vec::new(),
         })
     }
 
-    /// Bytes the KV cache holds on the device.
+    /// The engine's size.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The model.
+    pub fn decoder(&self) -> &Decoder {
+        self.programs.decoder()
+    }
+
+    /// Bytes the KV cache and token history hold on the device.
     pub fn cache_bytes(&self) -> usize {
-        self.cache.iter().map(Buffer::device_bytes).sum()
+        self.state.iter().map(Buffer::device_bytes).sum()
     }
 
-    /// Generates a completion for every request, returned in request order.
-    ///
-    /// Continuous batching: requests wait in a first-come queue and take a
-    /// cache slot as soon as one is free; newly admitted requests are
-    /// prefilled together between decode steps of the running ones, and a
-    /// finished request leaves its slot at once.
-    pub fn generate(&mut self, requests: &[Request]) -> Result<Vec<Completion>> {
-        for (index, request) in requests.iter().enumerate() {
-            self.check(index, request)?;
+    /// The current load.
+    pub fn stats(&self) -> EngineStats {
+        let running = self.slots.iter().flatten().count();
+        EngineStats {
+            waiting: self.queue.len(),
+            running,
+            free_slots: self.slots.len() - running,
+            version: self.version,
+            compiled_programs: self.programs.compiled(),
         }
-        let mut queue: std::collections::VecDeque<usize> = (0..requests.len()).collect();
-        let mut slots: Vec<Option<Slot>> = (0..self.config.max_num_seqs).map(|_| None).collect();
-        let mut done: Vec<Option<Completion>> = vec![None; requests.len()];
-        loop {
-            let admitted: Vec<usize> = slots
-                .iter_mut()
-                .enumerate()
-                .filter(|(_, slot)| slot.is_none())
-                .map_while(|(row, slot)| {
-                    let index = queue.pop_front()?;
-                    *slot = Some(Slot::new(index, requests[index].prompt.len()));
-                    Some(row)
-                })
-                .collect();
-            if !admitted.is_empty() {
-                self.prefill(requests, &mut slots, &admitted)?;
-                retire(&mut slots, &mut done);
-            }
-            if slots.iter().all(Option::is_none) {
-                if queue.is_empty() {
-                    break;
-                }
-                continue;
-            }
-            self.decode(requests, &mut slots)?;
-            retire(&mut slots, &mut done);
-        }
-        Ok(done.into_iter().map(|c| c.expect("every request finishes")).collect())
     }
 
-    fn check(&self, index: usize, request: &Request) -> Result<()> {
-        let invalid = |message: String| Err(Error::InvalidRequest { index, message });
+    /// Whether any request is waiting or running, or updates are pending.
+    pub fn has_work(&self) -> bool {
+        !self.held.is_empty() || !self.pending.is_empty()
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_model_len: self.config.max_model_len,
+            max_num_seqs: self.config.max_num_seqs,
+            vocab_size: self.decoder().config().vocab_size,
+            has_tokenizer: false,
+        }
+    }
+
+    /// Queues a request; its samples start as soon as `n` slots are free.
+    /// A request the engine cannot serve is refused here with the reason.
+    pub fn add_request(&mut self, request: Request) -> Result<RequestId> {
+        request
+            .check(&self.limits())
+            .map_err(|message| Error::InvalidRequest { message })?;
         let p = &request.params;
-        let vocab = self.decoder.config().vocab_size as u32;
-        if request.prompt.is_empty() {
-            return invalid("the prompt is empty".to_string());
+        let mut stop_tokens = p.stop_token_ids.clone();
+        if !p.ignore_eos {
+            stop_tokens.extend(&self.decoder().config().eos_token_ids);
         }
-        if request.prompt.len() >= self.config.max_model_len {
-            return invalid(format!(
-                "the prompt has {} tokens; max_model_len is {}",
-                request.prompt.len(),
-                self.config.max_model_len
-            ));
-        }
-        if let Some(bad) = request.prompt.iter().find(|&&t| t >= vocab) {
-            return invalid(format!("token {bad} is outside the vocabulary of {vocab}"));
-        }
-        if p.max_tokens == 0 {
-            return invalid("max_tokens must be at least 1".to_string());
-        }
-        if !(p.temperature >= 0.0 && p.temperature.is_finite()) {
-            return invalid(format!("temperature {} must be ≥ 0", p.temperature));
-        }
-        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
-            return invalid(format!("top_p {} must be in (0, 1]", p.top_p));
-        }
-        if !(0.0..1.0).contains(&p.min_p) {
-            return invalid(format!("min_p {} must be in [0, 1)", p.min_p));
-        }
-        if p.top_k < 0 {
-            return invalid(format!("top_k {} must be ≥ 0", p.top_k));
-        }
-        Ok(())
+        let id = self.next_id;
+        self.next_id += 1;
+        let unfinished = p.n;
+        self.held.insert(
+            id,
+            Held {
+                request,
+                stop_tokens,
+                unfinished,
+            },
+        );
+        self.queue.push_back(id);
+        Ok(id)
     }
 
-    /// The step program for `t` tokens per slot.
-    fn program(&mut self, t: i64) -> Result<Executable> {
-        if let Some(program) = self.programs.get(&t) {
-            return Ok(program.clone());
+    /// Ends a request now: its waiting or running samples finish with
+    /// [`FinishReason::Abort`] (returned by the next [`Engine::step`]) and
+    /// their slots are free at once. False if the request is unknown or done.
+    pub fn abort(&mut self, id: RequestId) -> bool {
+        let Some(held) = self.held.remove(&id) else {
+            return false;
+        };
+        let n = held.request.params.n;
+        let mut ended = vec![false; n];
+        for slot in self.slots.iter_mut() {
+            if slot.as_ref().is_some_and(|s| s.request == id) {
+                let sequence = slot.take().expect("checked");
+                ended[sequence.index] = true;
+                self.pending.push(finished(sequence, FinishReason::Abort, None));
+            }
         }
-        let b = self.config.max_num_seqs as i64;
-        let graph = Graph::new(&format!("engine_step_{b}x{t}"));
-        let dtype = self.config.dtype;
-        let params = self.decoder.parameter_tensors(&graph, dtype)?;
-        let ids = graph.parameter(ElementType::S32, &[b, t])?;
-        let positions = graph.parameter(ElementType::S32, &[b, t])?;
-        let last = graph.parameter(ElementType::S32, &[b])?;
-        let settings = SamplingInputs::parameters(&graph, b)?;
-        let cache: Vec<Tensor> = self
-            .decoder
-            .cache_types(b, self.config.max_model_len as i64, dtype)
+        if let Some(at) = self.queue.iter().position(|&q| q == id) {
+            self.queue.remove(at);
+            for index in 0..n {
+                let empty = Sequence {
+                    request: id,
+                    index,
+                    prompt_len: held.request.prompt.len(),
+                    next_input: 0,
+                    tokens: Vec::new(),
+                };
+                self.pending.push(finished(empty, FinishReason::Abort, None));
+            }
+        }
+        true
+    }
+
+    /// One scheduling iteration: admits waiting requests into free slots
+    /// (prefilling each prompt once), then decodes one token for every
+    /// running sample. Returns what happened to each sample.
+    pub fn step(&mut self) -> Result<Vec<SampleUpdate>> {
+        self.admit()?;
+        if self.slots.iter().any(Option::is_some) {
+            self.decode()?;
+        }
+        Ok(std::mem::take(&mut self.pending))
+    }
+
+    /// Generates every request's samples (outer: per request, in order;
+    /// inner: its `n` samples by index). All requests are checked first;
+    /// one the engine cannot serve refuses the whole call, naming it.
+    pub fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>> {
+        if self.has_work() {
+            return Err(Error::Busy {
+                requests: self.held.len(),
+            });
+        }
+        let limits = self.limits();
+        for (i, request) in requests.iter().enumerate() {
+            request.check(&limits).map_err(|message| Error::InvalidRequest {
+                message: format!("request {i}: {message}"),
+            })?;
+        }
+        let mut done: HashMap<RequestId, Vec<Option<Completion>>> = HashMap::new();
+        let mut order = Vec::with_capacity(requests.len());
+        for request in requests {
+            let id = self.add_request(request.clone())?;
+            done.insert(id, vec![None; request.params.n]);
+            order.push(id);
+        }
+        while self.has_work() {
+            for update in self.step()? {
+                if let Some(completion) = update.finished {
+                    done.get_mut(&update.request).expect("our request")[update.index] = Some(completion);
+                }
+            }
+        }
+        Ok(order
             .iter()
-            .map(|ty| graph.parameter(ty.dtype, &ty.dims))
-            .collect::<grpo_xla::Result<_>>()?;
-        let (logits, cache) = self.decoder.logits_with_cache(&params, &ids, &positions, &cache)?;
-        // The logits of each slot's `last` token: a one-hot over T, contracted.
-        let at = graph.iota(ElementType::S32, &[b, t], 1)?.eq(&last.reshape(&[b, 1])?)?;
-        let one_hot = at.select(
-            &graph.full(1.0, ElementType::F32, &[b, t])?,
-            &graph.full(0.0, ElementType::F32, &[b, t])?,
-        )?;
-        let picked = one_hot.dot_general(&logits, &[0], &[0], &[1], &[1])?;
-        let inputs = SamplingInputs::from_tensors(&settings);
-        let (tokens, logprobs) = sample(&picked, &inputs)?;
-        let mut outputs = vec![&tokens, &logprobs];
-        outputs.extend(cache.iter());
-        let first_cache = params.len() + 3 + settings.len();
-        let function = (0..cache.len()).try_fold(graph.build(&outputs)?, |f, i| f.donate(first_cache + i, 2 + i))?;
-        let program = function.compile(&self.client)?;
-        self.programs.insert(t, program.clone());
-        Ok(program)
+            .map(|id| {
+                done.remove(id)
+                    .expect("our request")
+                    .into_iter()
+                    .map(|c| c.expect("every sample finishes"))
+                    .collect()
+            })
+            .collect())
     }
 
-    /// Prefills the prompts of the slots in `rows` together (a power-of-two
-    /// length bucket); the other slots sit the step out.
-    fn prefill(&mut self, requests: &[Request], slots: &mut [Option<Slot>], rows: &[usize]) -> Result<()> {
-        let b = self.config.max_num_seqs;
-        let prompt = |row: usize| &requests[slots[row].as_ref().expect("admitted").index].prompt;
-        let longest = rows.iter().map(|&row| prompt(row).len()).max().unwrap_or(1);
-        let t = longest.next_power_of_two().max(8).min(self.config.max_model_len);
-        let mut ids = vec![0i32; b * t];
-        let mut positions = vec![-1i32; b * t];
-        let mut last = vec![0i32; b];
-        for &row in rows {
-            for (j, &token) in prompt(row).iter().enumerate() {
-                ids[row * t + j] = token as i32;
-                positions[row * t + j] = j as i32;
-            }
-            last[row] = prompt(row).len() as i32 - 1;
-        }
-        let drawn = self.step(t as i64, &ids, &positions, &last, &row_settings(requests, slots))?;
-        for &row in rows {
-            let slot = slots[row].as_mut().expect("admitted");
-            let (token, logprob) = drawn[row];
-            self.record(slot, &requests[slot.index].params, token, logprob);
-        }
-        Ok(())
+    /// The policy version of the current weights.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
-    /// One decode step: every running slot feeds its last token at its next position.
-    fn decode(&mut self, requests: &[Request], slots: &mut [Option<Slot>]) -> Result<()> {
-        let b = self.config.max_num_seqs;
-        let mut ids = vec![0i32; b];
-        let mut positions = vec![-1i32; b];
-        for (row, slot) in slots.iter().enumerate() {
-            if let Some(slot) = slot {
-                ids[row] = *slot.tokens.last().expect("prefill drew a token") as i32;
-                positions[row] = (slot.length + slot.tokens.len() - 1) as i32;
-            }
-        }
-        let drawn = self.step(1, &ids, &positions, &vec![0; b], &row_settings(requests, slots))?;
-        for (slot, (token, logprob)) in slots.iter_mut().zip(drawn) {
-            if let Some(slot) = slot {
-                self.record(slot, &requests[slot.index].params, token, logprob);
-            }
-        }
-        Ok(())
-    }
-
-    /// Appends a drawn token and decides whether the slot is done.
-    fn record(&self, slot: &mut Slot, params: &SamplingParams, token: u32, logprob: f32) {
-        slot.tokens.push(token);
-        slot.logprobs.push(logprob);
-        let stops = params.stop_token_ids.contains(&token) || (!params.ignore_eos && self.eos.contains(&token));
-        if stops {
-            slot.finish = Some(FinishReason::Stop);
-        } else if slot.tokens.len() >= params.max_tokens || slot.length + slot.tokens.len() >= self.config.max_model_len
-        {
-            slot.finish = Some(FinishReason::Length);
-        }
-    }
-
-    /// Runs one step program; returns each slot's drawn (token, log-prob).
-    fn step(
+    /// Replaces the named parameters (any subset, Hugging Face names) and
+    /// makes `version` current; `in_flight` says what running samples do.
+    /// Every tensor is checked (known name, no repeats, right shape, finite)
+    /// and uploaded before any is swapped in: a refused update leaves the
+    /// old weights serving.
+    pub fn update_weights(
         &mut self,
-        t: i64,
-        ids: &[i32],
-        positions: &[i32],
-        last: &[i32],
-        rows: &[RowSettings],
-    ) -> Result<Vec<(u32, f32)>> {
-        let program = self.program(t)?;
-        let b = self.config.max_num_seqs;
-        let device = self.client.device(0)?.clone();
-        let temperature: Vec<f32> = rows.iter().map(|r| r.temperature).collect();
-        let top_p: Vec<f32> = rows.iter().map(|r| r.top_p).collect();
-        let min_p: Vec<f32> = rows.iter().map(|r| r.min_p).collect();
-        let top_k: Vec<i32> = rows.iter().map(|r| r.top_k).collect();
-        let seed: Vec<u32> = rows.iter().map(|r| r.seed).collect();
-        let step: Vec<u32> = rows.iter().map(|r| r.step).collect();
-        let (matrix, vector) = ([b as i64, t], [b as i64]);
+        version: u64,
+        tensors: &[(String, HostTensor)],
+        in_flight: InFlight,
+    ) -> Result<()> {
+        let refuse = |message: String| Error::InvalidUpdate { version, message };
+        let specs = self.decoder().parameters();
+        let mut seen = vec![false; specs.len()];
+        let mut staged = Vec::with_capacity(tensors.len());
+        for (name, tensor) in tensors {
+            let index = specs
+                .iter()
+                .position(|s| &s.name == name)
+                .ok_or_else(|| refuse(format!("the model has no parameter `{name}`")))?;
+            if std::mem::replace(&mut seen[index], true) {
+                return Err(refuse(format!("`{name}` appears twice")));
+            }
+            if tensor.dims != specs[index].dims {
+                return Err(refuse(format!(
+                    "`{name}` has shape {:?}, the model needs {:?}",
+                    tensor.dims, specs[index].dims
+                )));
+            }
+            if let Some(bad) = tensor.data.iter().find(|v| !v.is_finite()) {
+                return Err(refuse(format!("`{name}` holds a non-finite value ({bad})")));
+            }
+            staged.push((index, self.upload_tensor(tensor)?));
+        }
+        for (index, buffer) in staged {
+            self.params[index] = buffer;
+        }
+        self.version = version;
+        if in_flight == InFlight::Abort {
+            let ids: Vec<RequestId> = self.held.keys().copied().collect();
+            for id in ids {
+                self.abort(id);
+            }
+        }
+        Ok(())
+    }
+
+    fn upload_tensor(&self, tensor: &HostTensor) -> Result<Buffer> {
+        let dims = tensor.dims_i64();
+        Ok(match self.config.dtype {
+            ElementType::Bf16 => {
+                let values: Vec<half::bf16> = tensor.data.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                upload(&self.client, &values, &dims)?
+            }
+            _ => upload(&self.client, &tensor.data, &dims)?,
+        })
+    }
+
+    /// Moves waiting requests, first come first served, into free slots
+    /// while the one at the front has room for all its samples.
+    fn admit(&mut self) -> Result<()> {
+        while let Some(&id) = self.queue.front() {
+            let n = self.held[&id].request.params.n;
+            let free: Vec<usize> = (0..self.slots.len())
+                .filter(|&s| self.slots[s].is_none())
+                .take(n)
+                .collect();
+            if free.len() < n {
+                break;
+            }
+            self.queue.pop_front();
+            self.prefill(id, &free)?;
+        }
+        Ok(())
+    }
+
+    /// Prefills request `id`'s prompt into `slots[0]` and forks it into the others.
+    fn prefill(&mut self, id: RequestId, slots: &[usize]) -> Result<()> {
+        let held = &self.held[&id];
+        let prompt = held.request.prompt.clone();
+        let len = prompt.len();
+        let t = self.programs.prefill_bucket(len);
+        let vocab = self.decoder().config().vocab_size;
+        let mut ids = vec![0i32; t];
+        let mut positions = vec![-1i32; t];
+        let mut marks = vec![-1i32; t];
+        for (j, &token) in prompt.iter().enumerate() {
+            marks[j] = token as i32;
+            if j + 1 < len {
+                ids[j] = token as i32;
+                positions[j] = j as i32;
+            }
+        }
+        let mut stop_row = vec![0f32; vocab];
+        for &token in &held.stop_tokens {
+            stop_row[token as usize] = 1.0;
+        }
         let c = &self.client;
         let inputs = [
-            c.buffer_from_host(ids, &matrix, &device)?,
-            c.buffer_from_host(positions, &matrix, &device)?,
-            c.buffer_from_host(last, &vector, &device)?,
-            c.buffer_from_host(&temperature, &vector, &device)?,
-            c.buffer_from_host(&top_k, &vector, &device)?,
-            c.buffer_from_host(&top_p, &vector, &device)?,
-            c.buffer_from_host(&min_p, &vector, &device)?,
-            c.buffer_from_host(&seed, &vector, &device)?,
-            c.buffer_from_host(&step, &vector, &device)?,
+            upload(c, &ids, &[1, t as i64])?,
+            upload(c, &positions, &[1, t as i64])?,
+            upload(c, &marks, &[t as i64])?,
+            upload(c, &stop_row, &[1, vocab as i64])?,
+            upload(c, &[slots[0] as i32], &[])?,
         ];
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
-        args.extend(self.cache.iter().map(Arg::Donate));
-        let mut out = program.execute_args(&args)?;
-        self.cache = out.split_off(2);
+        args.extend(self.state.iter().map(Arg::Donate));
+        self.state = self
+            .programs
+            .get(ProgramKey::Prefill { tokens: t })?
+            .execute_args(&args)?;
+        for &dst in &slots[1..] {
+            let ends = [upload(c, &[slots[0] as i32], &[])?, upload(c, &[dst as i32], &[])?];
+            let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
+            args.extend(self.state.iter().map(Arg::Donate));
+            self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
+        }
+        for (index, &slot) in slots.iter().enumerate() {
+            self.slots[slot] = Some(Sequence {
+                request: id,
+                index,
+                prompt_len: len,
+                next_input: prompt[len - 1],
+                tokens: Vec::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One decode step for every running sample.
+    fn decode(&mut self) -> Result<()> {
+        let top_slot = self.slots.iter().rposition(Option::is_some).expect("a running sample");
+        let longest = self.slots.iter().flatten().map(|s| s.position() + 1).max().unwrap_or(1);
+        let (rows, window) = self.programs.decode_bucket(top_slot, longest);
+        let wants_top = self
+            .slots
+            .iter()
+            .flatten()
+            .any(|s| self.held[&s.request].request.params.logprobs.is_some());
+        let inputs = RowInputs::new(&self.slots[..rows], &self.held).upload(&self.client)?;
+        let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
+        args.extend(inputs.iter().map(Arg::Borrow));
+        let layers = self.state.len() - 3;
+        args.extend(self.state[..=layers].iter().map(Arg::Donate));
+        args.extend(self.state[layers + 1..].iter().map(Arg::Borrow));
+        let key = ProgramKey::Decode {
+            rows,
+            window,
+            top: wants_top,
+        };
+        let mut out = self.programs.get(key)?.execute_args(&args)?;
+        let results = if wants_top { 4 } else { 2 };
+        let history = self.state.split_off(layers + 1);
+        self.state = out.split_off(results);
+        self.state.extend(history);
         let tokens = out[0].to_host::<i32>()?;
         let logprobs = out[1].to_host::<f32>()?;
-        Ok(tokens.into_iter().map(|t| t as u32).zip(logprobs).collect())
+        let top = if wants_top {
+            Some((out[2].to_host::<i32>()?, out[3].to_host::<f32>()?))
+        } else {
+            None
+        };
+        let k = crate::request::MAX_TOP_LOGPROBS;
+        for row in 0..rows {
+            let Some(sequence) = self.slots[row].as_mut() else {
+                continue;
+            };
+            let held = &self.held[&sequence.request];
+            let top_logprobs = match (&top, held.request.params.logprobs) {
+                (Some((ids, values)), Some(wanted)) => (0..wanted)
+                    .map(|j| (ids[row * k + j] as u32, values[row * k + j]))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let token = Token {
+                id: tokens[row] as u32,
+                logprob: logprobs[row],
+                top_logprobs,
+                version: self.version,
+            };
+            sequence.tokens.push(token.clone());
+            sequence.next_input = token.id;
+            let params = &held.request.params;
+            let finish = if held.stop_tokens.contains(&token.id) {
+                Some((FinishReason::Stop, Some(StopReason::Token(token.id))))
+            } else if sequence.tokens.len() >= params.max_tokens {
+                Some((FinishReason::Length, None))
+            } else {
+                None
+            };
+            let mut update = SampleUpdate {
+                request: sequence.request,
+                index: sequence.index,
+                token: Some(token),
+                text: String::new(),
+                finished: None,
+            };
+            if let Some((reason, stop)) = finish {
+                let sequence = self.slots[row].take().expect("running");
+                update.finished = finished(sequence, reason, stop).finished;
+                let held = self.held.get_mut(&update.request).expect("running request");
+                held.unfinished -= 1;
+                if held.unfinished == 0 {
+                    self.held.remove(&update.request);
+                }
+            }
+            self.pending.push(update);
+        }
+        Ok(())
+    }
+}
+
+/// The update that ends `sequence`.
+fn finished(sequence: Sequence, reason: FinishReason, stop: Option<StopReason>) -> SampleUpdate {
+    let tokens = &sequence.tokens;
+    SampleUpdate {
+        request: sequence.request,
+        index: sequence.index,
+        token: None,
+        text: String::new(),
+        finished: Some(Completion {
+            index: sequence.index,
+            tokens: tokens.iter().map(|t| t.id).collect(),
+            logprobs: tokens.iter().map(|t| t.logprob).collect(),
+            top_logprobs: tokens.iter().map(|t| t.top_logprobs.clone()).collect(),
+            versions: tokens.iter().map(|t| t.version).collect(),
+            text: None,
+            finish_reason: reason,
+            stop_reason: stop,
+        }),
+    }
+}
+
+/// The decode program's per-row inputs (idle rows: position −1, greedy, no penalties).
+struct RowInputs {
+    ids: Vec<i32>,
+    positions: Vec<i32>,
+    repetition: Vec<f32>,
+    frequency: Vec<f32>,
+    presence: Vec<f32>,
+    suppress_stops: Vec<f32>,
+    temperature: Vec<f32>,
+    top_k: Vec<i32>,
+    top_p: Vec<f32>,
+    min_p: Vec<f32>,
+    seed: Vec<u32>,
+    step: Vec<u32>,
+}
+
+impl RowInputs {
+    fn new(slots: &[Option<Sequence>], held: &HashMap<RequestId, Held>) -> RowInputs {
+        let mut r = RowInputs {
+            ids: Vec::new(),
+            positions: Vec::new(),
+            repetition: Vec::new(),
+            frequency: Vec::new(),
+            presence: Vec::new(),
+            suppress_stops: Vec::new(),
+            temperature: Vec::new(),
+            top_k: Vec::new(),
+            top_p: Vec::new(),
+            min_p: Vec::new(),
+            seed: Vec::new(),
+            step: Vec::new(),
+        };
+        for slot in slots {
+            let (sequence, p) = match slot {
+                Some(s) => (Some(s), held[&s.request].request.params.clone()),
+                None => (
+                    None,
+                    crate::request::SamplingParams {
+                        temperature: 0.0,
+                        ..Default::default()
+                    },
+                ),
+            };
+            let generated = sequence.map_or(0, |s| s.tokens.len());
+            r.ids.push(sequence.map_or(0, |s| s.next_input as i32));
+            r.positions.push(sequence.map_or(-1, |s| s.position() as i32));
+            r.repetition.push(p.repetition_penalty);
+            r.frequency.push(p.frequency_penalty);
+            r.presence.push(p.presence_penalty);
+            r.suppress_stops.push(if generated < p.min_tokens { 1.0 } else { 0.0 });
+            r.temperature.push(p.temperature);
+            r.top_k.push(p.top_k);
+            r.top_p.push(p.top_p);
+            r.min_p.push(p.min_p);
+            r.seed.push(p.sample_seed(sequence.map_or(0, |s| s.index)));
+            r.step.push(generated as u32);
+        }
+        r
+    }
+
+    /// The buffers in the decode program's order.
+    fn upload(&self, client: &Client) -> Result<Vec<Buffer>> {
+        let b = self.ids.len() as i64;
+        let (column, vector) = ([b, 1], [b]);
+        Ok(vec![
+            upload(client, &self.ids, &column)?,
+            upload(client, &self.positions, &column)?,
+            upload(client, &self.repetition, &vector)?,
+            upload(client, &self.frequency, &vector)?,
+            upload(client, &self.presence, &vector)?,
+            upload(client, &self.suppress_stops, &vector)?,
+            upload(client, &self.temperature, &vector)?,
+            upload(client, &self.top_k, &vector)?,
+            upload(client, &self.top_p, &vector)?,
+            upload(client, &self.min_p, &vector)?,
+            upload(client, &self.seed, &vector)?,
+            upload(client, &self.step, &vector)?,
+        ])
     }
 }

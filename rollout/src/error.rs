@@ -6,13 +6,26 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What can go wrong generating.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A request the engine cannot serve, and why.
-    #[error("request {index}: {message}")]
+    /// A request the engine cannot serve, and why; the engine keeps serving others.
+    #[error("invalid request: {message}")]
     InvalidRequest {
-        /// Position of the request in the call.
-        index: usize,
         /// What is wrong.
         message: String,
+    },
+    /// A weight update the engine refused; it keeps its old weights.
+    #[error("weight update to version {version} refused: {message}")]
+    InvalidUpdate {
+        /// The version the update would have installed.
+        version: u64,
+        /// What is wrong.
+        message: String,
+    },
+    /// [`crate::engine::Engine::generate`] was called while requests added
+    /// one by one are still running.
+    #[error("the engine is busy with {requests} requests added with add_request; drive it with step()")]
+    Busy {
+        /// How many.
+        requests: usize,
     },
     /// The model could not be used.
     #[error(transparent)]

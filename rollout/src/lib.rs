@@ -1,15 +1,22 @@
 //! grpo-rollout: generation for GRPO rollouts and serving.
 //!
-//! - [`sampling`]: the traced token sampler (greedy, temperature, top-k,
-//!   top-p, min-p, per-request seeds) returning each token's log-prob under
-//!   the unmodified policy.
+//! - [`request`]: what a caller asks for (prompt, `n`, sampling settings)
+//!   and the checks that refuse what the engine cannot serve.
+//! - [`output`]: per-step sample updates and finished completions (tokens,
+//!   raw log-probs, top log-probs, policy versions, finish reasons).
+//! - [`sampling`]: the traced token sampler (penalties, greedy,
+//!   temperature, top-k, top-p, min-p, per-request seeds) returning each
+//!   token's log-prob under the unmodified policy.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
-//!   the device (prefix sharing and live weight updates come next).
+//!   the device, one prefill per group, aborts, live weight updates.
 
 #![warn(missing_docs)]
 
 pub mod engine;
 mod error;
+pub mod output;
+mod programs;
+pub mod request;
 pub mod sampling;
 
 pub use error::{Error, Result};

@@ -1,7 +1,17 @@
 //! The token sampler, traced into the decode program: one token per row of
-//! logits, each row with its own temperature, top-k, top-p, min-p and seed.
+//! logits, each row with its own penalties, temperature, top-k, top-p,
+//! min-p and seed.
 //!
-//! Per row `b`, with `z` the raw logits:
+//! Per row `b`, with `z` the raw logits, first the penalties (vLLM's order
+//! and formulas), from the row's [`TokenHistory`]:
+//! - repetition `r` (1 = off): a token of the prompt or the output gets
+//!   `z / r` where `z > 0`, `z · r` otherwise;
+//! - frequency `f` and presence `p` (0 = off): `z − f · count − p · [count > 0]`
+//!   with `count` the token's occurrences in the output;
+//! - while stop tokens are suppressed (`min_tokens` not reached), they get
+//!   `−∞`.
+//!
+//! Then, on the penalized `z`:
 //! - temperature 0 is greedy (`argmax z`);
 //! - otherwise `p = softmax(z / T)`, sorted descending; a token is kept if
 //!   its rank is below top-k (0 = no limit), the probability mass before it
@@ -19,6 +29,14 @@ use grpo_xla::{ElementType, Result};
 
 /// Per-row sampling settings, as tensors of the decode program (`[B]` each).
 pub struct SamplingInputs<'a> {
+    /// Repetition penalty (f32, > 0); 1 is off.
+    pub repetition_penalty: &'a Tensor,
+    /// Frequency penalty (f32); 0 is off.
+    pub frequency_penalty: &'a Tensor,
+    /// Presence penalty (f32); 0 is off.
+    pub presence_penalty: &'a Tensor,
+    /// 1 while the row's stop tokens may not be drawn yet (f32 0/1).
+    pub suppress_stops: &'a Tensor,
     /// Temperature (f32); 0 means greedy.
     pub temperature: &'a Tensor,
     /// Keep at most this many tokens (s32); 0 keeps all.
@@ -34,8 +52,12 @@ pub struct SamplingInputs<'a> {
 }
 
 impl<'a> SamplingInputs<'a> {
-    /// The element types of the six inputs, in field order (each `[B]`).
-    pub const TYPES: [ElementType; 6] = [
+    /// The element types of the ten inputs, in field order (each `[B]`).
+    pub const TYPES: [ElementType; 10] = [
+        ElementType::F32,
+        ElementType::F32,
+        ElementType::F32,
+        ElementType::F32,
         ElementType::F32,
         ElementType::S32,
         ElementType::F32,
@@ -44,28 +66,62 @@ impl<'a> SamplingInputs<'a> {
         ElementType::U32,
     ];
 
-    /// Adds the six inputs as parameters of `graph` for `batch` rows.
+    /// Adds the ten inputs as parameters of `graph` for `batch` rows.
     pub fn parameters(graph: &grpo_xla::trace::Graph, batch: i64) -> Result<Vec<Tensor>> {
         Self::TYPES.iter().map(|&t| graph.parameter(t, &[batch])).collect()
     }
 
-    /// Views six tensors (as [`SamplingInputs::parameters`] made them) as the inputs.
+    /// Views ten tensors (as [`SamplingInputs::parameters`] made them) as the inputs.
     pub fn from_tensors(t: &'a [Tensor]) -> SamplingInputs<'a> {
         SamplingInputs {
-            temperature: &t[0],
-            top_k: &t[1],
-            top_p: &t[2],
-            min_p: &t[3],
-            seed: &t[4],
-            step: &t[5],
+            repetition_penalty: &t[0],
+            frequency_penalty: &t[1],
+            presence_penalty: &t[2],
+            suppress_stops: &t[3],
+            temperature: &t[4],
+            top_k: &t[5],
+            top_p: &t[6],
+            min_p: &t[7],
+            seed: &t[8],
+            step: &t[9],
         }
     }
 }
 
+/// What each row has seen so far, over the vocabulary (`[B, V]` f32 each).
+pub struct TokenHistory<'a> {
+    /// Occurrences of each token in the row's output.
+    pub output_counts: &'a Tensor,
+    /// 1 where the token is in the row's prompt.
+    pub in_prompt: &'a Tensor,
+    /// 1 on the row's stop tokens (EOS and `stop_token_ids`).
+    pub stop_tokens: &'a Tensor,
+}
+
+/// The logits after the rows' repetition, frequency and presence penalties
+/// and stop-token suppression.
+fn penalized(z: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHistory<'_>) -> Result<Tensor> {
+    let b = z.dims()[0];
+    let column = |x: &Tensor| x.reshape(&[b, 1]);
+    let zero = z.zeros_like()?;
+    let counts = history.output_counts;
+    let seen = counts.add(history.in_prompt)?.gt(&zero)?;
+    let r = column(inputs.repetition_penalty)?;
+    let repeated = z.gt(&zero)?.select(&z.div(&r)?, &z.mul(&r)?)?;
+    let z = seen.select(&repeated, z)?;
+    let present = counts.gt(&zero)?.select(&zero.ones_like()?, &zero)?;
+    let z = z
+        .sub(&counts.mul(&column(inputs.frequency_penalty)?)?)?
+        .sub(&present.mul(&column(inputs.presence_penalty)?)?)?;
+    let suppressed = history.stop_tokens.mul(&column(inputs.suppress_stops)?)?.gt(&zero)?;
+    suppressed.select(&z.full_like(f64::NEG_INFINITY)?, &z)
+}
+
 /// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits (f32 `[B]`).
-pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>) -> Result<(Tensor, Tensor)> {
+pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHistory<'_>) -> Result<(Tensor, Tensor)> {
     let (b, v) = (logits.dims()[0], logits.dims()[1]);
-    let z = logits.convert(ElementType::F32)?;
+    let raw = logits.convert(ElementType::F32)?;
+    let z = penalized(&raw, inputs, history)?;
     let column = |x: &Tensor| x.reshape(&[b, 1]);
 
     let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
@@ -100,8 +156,16 @@ pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>) -> Result<(Tensor, T
     let drawn = order.take_along_axis(&column(&position)?, 1)?.reshape(&[b])?;
 
     let tokens = greedy.select(&z.argmax(1, ElementType::S32)?, &drawn)?;
-    let log_probs = z.gathered_log_probs(&tokens)?;
+    let log_probs = raw.gathered_log_probs(&tokens)?;
     Ok((tokens, log_probs))
+}
+
+/// The `k` most likely tokens of each row under the raw logits and their
+/// log-probs, most likely first: (s32 `[B, k]`, f32 `[B, k]`).
+pub fn top_logprobs(logits: &Tensor, k: i64) -> Result<(Tensor, Tensor)> {
+    let log_probs = logits.convert(ElementType::F32)?.log_softmax(1)?;
+    let (sorted, order) = log_probs.sort(1, true)?;
+    Ok((order.slice_axis(1, 0, k)?, sorted.slice_axis(1, 0, k)?))
 }
 
 /// A uniform in [0, 1) per row from a 32-bit integer hash of (seed, step):

@@ -1,6 +1,9 @@
 //! The engine on the tiny fixture models: a batch gives each request the
-//! tokens it gets alone, returned log-probs equal the log-prob program's,
-//! steady state compiles nothing, bad requests are refused.
+//! tokens it gets alone, the samples of a group (one prefill) match
+//! separate requests, returned log-probs equal the log-prob program's,
+//! steady state compiles nothing, aborts free their slots, weight updates
+//! take effect between steps (or are refused whole), bad requests are
+//! refused while the engine keeps serving.
 
 mod common;
 
@@ -9,9 +12,11 @@ use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
-use grpo_model::weights::Safetensors;
+use grpo_model::weights::{HostTensor, Safetensors};
 use grpo_rollout::Error;
-use grpo_rollout::engine::{Engine, FinishReason, Request, SamplingParams};
+use grpo_rollout::engine::{Engine, InFlight};
+use grpo_rollout::output::{Completion, FinishReason, StopReason};
+use grpo_rollout::request::{Request, SamplingParams};
 use grpo_xla::{Client, ElementType};
 
 fn engine(client: &Client, family: &str, max_num_seqs: usize) -> Engine {
@@ -36,8 +41,20 @@ fn requests() -> Vec<Request> {
                 top_k: if i == 3 { 20 } else { 0 },
                 top_p: if i == 1 { 0.9 } else { 1.0 },
                 seed: 1000 + i as u32,
+                ignore_eos: true,
                 ..SamplingParams::default()
             },
+        })
+        .collect()
+}
+
+/// The only sample of each request.
+fn singles(outputs: Vec<Vec<Completion>>) -> Vec<Completion> {
+    outputs
+        .into_iter()
+        .map(|mut samples| {
+            assert_eq!(samples.len(), 1);
+            samples.remove(0)
         })
         .collect()
 }
@@ -47,10 +64,10 @@ fn a_batch_gives_each_request_the_tokens_it_gets_alone() {
     let client = cpu_client();
     for family in ["llama", "qwen2", "qwen3"] {
         let mut together = engine(&client, family, 4);
-        let batch = together.generate(&requests()).unwrap();
+        let batch = singles(together.generate(&requests()).unwrap());
         let mut alone = engine(&client, family, 1);
         for (request, in_batch) in requests().iter().zip(&batch) {
-            let single = alone.generate(std::slice::from_ref(request)).unwrap().remove(0);
+            let single = singles(alone.generate(std::slice::from_ref(request)).unwrap()).remove(0);
             assert_eq!(single.tokens, in_batch.tokens, "{family}: {request:?}");
             assert_eq!(in_batch.tokens.len(), request.params.max_tokens);
             assert_eq!(in_batch.finish_reason, FinishReason::Length);
@@ -74,25 +91,62 @@ fn requests_join_as_slots_free_up_and_still_match_running_alone() {
                 max_tokens: 3 + (i * 5) % 9,
                 temperature: if i % 3 == 0 { 0.0 } else { 1.1 },
                 seed: 77 + i as u32,
+                ignore_eos: true,
                 ..SamplingParams::default()
             },
         })
         .collect();
     let mut three = engine(&client, "llama", 3);
-    let together = three.generate(&many).unwrap();
+    let together = singles(three.generate(&many).unwrap());
     let mut alone = engine(&client, "llama", 1);
     for (request, joined) in many.iter().zip(&together) {
-        let single = alone.generate(std::slice::from_ref(request)).unwrap().remove(0);
+        let single = singles(alone.generate(std::slice::from_ref(request)).unwrap()).remove(0);
         assert_eq!(single.tokens, joined.tokens, "{request:?}");
         assert_eq!(joined.tokens.len(), request.params.max_tokens);
     }
 }
 
 #[test]
+fn the_samples_of_a_group_match_separate_requests() {
+    let client = cpu_client();
+    let mut engine = engine(&client, "qwen2", 8);
+    let group = Request {
+        prompt: vec![17, 99, 3, 64, 120, 8, 41],
+        params: SamplingParams {
+            n: 5,
+            max_tokens: 9,
+            temperature: 1.0,
+            seed: 4242,
+            ignore_eos: true,
+            ..SamplingParams::default()
+        },
+    };
+    let samples = engine.generate(std::slice::from_ref(&group)).unwrap().remove(0);
+    assert_eq!(samples.len(), 5);
+    let separate: Vec<Request> = (0..5)
+        .map(|i| Request {
+            prompt: group.prompt.clone(),
+            params: SamplingParams {
+                n: 1,
+                seed: group.params.sample_seed(i),
+                ..group.params.clone()
+            },
+        })
+        .collect();
+    let alone = singles(engine.generate(&separate).unwrap());
+    for (i, (sample, single)) in samples.iter().zip(&alone).enumerate() {
+        assert_eq!(sample.index, i);
+        assert_eq!(sample.tokens, single.tokens, "sample {i}");
+    }
+    let distinct: std::collections::HashSet<&Vec<u32>> = samples.iter().map(|s| &s.tokens).collect();
+    assert!(distinct.len() > 1, "the samples of a group draw different tokens");
+}
+
+#[test]
 fn returned_log_probs_equal_the_log_prob_program() {
     let client = cpu_client();
     let mut engine = engine(&client, "qwen3", 4);
-    let completions = engine.generate(&requests()).unwrap();
+    let completions = singles(engine.generate(&requests()).unwrap());
     let dir = fixture("qwen3");
     let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
     let weights = Safetensors::open_dir(&dir).unwrap();
@@ -117,9 +171,9 @@ fn returned_log_probs_equal_the_log_prob_program() {
 fn steady_state_compiles_nothing_and_stop_tokens_end_a_completion() {
     let client = cpu_client();
     let mut engine = engine(&client, "llama", 4);
-    let first = engine.generate(&requests()).unwrap();
+    let first = singles(engine.generate(&requests()).unwrap());
     let compiled = client.compile_stats().compiles;
-    let again = engine.generate(&requests()).unwrap();
+    let again = singles(engine.generate(&requests()).unwrap());
     assert_eq!(
         client.compile_stats().compiles,
         compiled,
@@ -131,9 +185,175 @@ fn steady_state_compiles_nothing_and_stop_tokens_end_a_completion() {
     let stop = first[0].tokens[1];
     let until = first[0].tokens.iter().position(|&t| t == stop).unwrap();
     request.params.stop_token_ids = vec![stop];
-    let stopped = engine.generate(&[request]).unwrap().remove(0);
+    let stopped = singles(engine.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
     assert_eq!(stopped.finish_reason, FinishReason::Stop);
+    assert_eq!(stopped.stop_reason, Some(StopReason::Token(stop)));
     assert_eq!(stopped.tokens, first[0].tokens[..=until]);
+    // min_tokens holds the stop token back: the completion is longer than
+    // `until + 1` and its first tokens never include the stop token.
+    request.params.min_tokens = until + 2;
+    let held = singles(engine.generate(&[request]).unwrap()).remove(0);
+    assert!(held.tokens.len() >= until + 2, "{:?}", held.tokens);
+    assert!(!held.tokens[..until + 1].contains(&stop), "{:?}", held.tokens);
+}
+
+#[test]
+fn top_logprobs_are_the_most_likely_tokens_under_the_raw_policy() {
+    let client = cpu_client();
+    let mut engine = engine(&client, "llama", 2);
+    let mut request = requests().remove(1);
+    request.params.logprobs = Some(5);
+    let sample = singles(engine.generate(&[request]).unwrap()).remove(0);
+    for (step, top) in sample.top_logprobs.iter().enumerate() {
+        assert_eq!(top.len(), 5);
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first: {top:?}");
+        let drawn = sample.logprobs[step];
+        assert!(drawn <= top[0].1 + 1e-6, "nothing beats the top token");
+        if let Some((_, lp)) = top.iter().find(|(id, _)| *id == sample.tokens[step]) {
+            assert!(
+                (lp - drawn).abs() < 1e-5,
+                "the drawn token's log-prob matches its top entry"
+            );
+        }
+    }
+}
+
+#[test]
+fn aborts_free_slots_at_once_and_a_thousand_short_requests_leave_nothing_behind() {
+    let client = cpu_client();
+    let mut engine = engine(&client, "llama", 2);
+    let baseline = client.live_buffers();
+    let long = |seed| Request {
+        prompt: vec![3, 4, 5],
+        params: SamplingParams {
+            max_tokens: 40,
+            seed,
+            ignore_eos: true,
+            ..SamplingParams::default()
+        },
+    };
+    let running = engine.add_request(long(1)).unwrap();
+    let other = engine.add_request(long(2)).unwrap();
+    let waiting = engine.add_request(long(3)).unwrap();
+    for _ in 0..3 {
+        engine.step().unwrap();
+    }
+    assert_eq!((engine.stats().running, engine.stats().waiting), (2, 1));
+    assert!(engine.abort(running) && engine.abort(waiting));
+    assert!(!engine.abort(running), "a request is aborted once");
+    assert_eq!(
+        engine.stats().free_slots,
+        1,
+        "the aborted sample's slot is free at once"
+    );
+    let updates = engine.step().unwrap();
+    let aborted: Vec<_> = updates
+        .iter()
+        .filter_map(|u| u.finished.as_ref().map(|c| (u.request, c)))
+        .filter(|(_, c)| c.finish_reason == FinishReason::Abort)
+        .collect();
+    assert_eq!(aborted.len(), 2, "{updates:?}");
+    let partial = aborted.iter().find(|(id, _)| *id == running).unwrap().1;
+    assert_eq!(partial.tokens.len(), 3, "the tokens drawn before the abort are kept");
+    assert!(aborted.iter().any(|(id, c)| *id == waiting && c.tokens.is_empty()));
+    while engine.has_work() {
+        for update in engine.step().unwrap() {
+            assert_eq!(update.request, other);
+        }
+    }
+    let short: Vec<Request> = (0..1000)
+        .map(|i| Request {
+            prompt: vec![1 + i % 100, 7],
+            params: SamplingParams {
+                max_tokens: 2,
+                seed: i,
+                ..SamplingParams::default()
+            },
+        })
+        .collect();
+    assert_eq!(engine.generate(&short).unwrap().len(), 1000);
+    let stats = engine.stats();
+    assert_eq!((stats.running, stats.waiting, stats.free_slots), (0, 0, 2));
+    assert!(!engine.has_work());
+    assert_eq!(client.live_buffers(), baseline, "no device buffer outlives its request");
+}
+
+/// The fixture's parameters replaced by freshly initialized ones (seed `seed`).
+fn new_weights(family: &str, seed: u64) -> Vec<(String, HostTensor)> {
+    let config = ModelConfig::from_file(fixture(family).join("config.json")).unwrap();
+    grpo_model::init::random_weights(&config, seed)
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+#[test]
+fn weight_updates_apply_between_steps_and_refused_ones_change_nothing() {
+    let client = cpu_client();
+    let mut request = requests().remove(0);
+    request.params.max_tokens = 12;
+    let before = singles(
+        engine(&client, "llama", 2)
+            .generate(std::slice::from_ref(&request))
+            .unwrap(),
+    )
+    .remove(0);
+    let update = new_weights("llama", 7);
+    let mut reference = engine(&client, "llama", 2);
+    reference.update_weights(1, &update, InFlight::Keep).unwrap();
+    let after = singles(reference.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    assert_ne!(before.tokens, after.tokens, "the new weights generate differently");
+    assert!(after.versions.iter().all(|&v| v == 1));
+
+    // Mid-generation, keeping the sample: its first tokens are the old
+    // weights', later ones carry version 1 and differ from the old run.
+    let mut engine = engine(&client, "llama", 2);
+    let id = engine.add_request(request.clone()).unwrap();
+    for _ in 0..4 {
+        engine.step().unwrap();
+    }
+    engine.update_weights(1, &update, InFlight::Keep).unwrap();
+    let mut kept = None;
+    while engine.has_work() {
+        for u in engine.step().unwrap() {
+            assert_eq!(u.request, id);
+            kept = u.finished.or(kept);
+        }
+    }
+    let kept = kept.unwrap();
+    assert_eq!(kept.versions, [vec![0; 4], vec![1; 8]].concat());
+    assert_eq!(kept.tokens[..4], before.tokens[..4]);
+    assert_ne!(kept.tokens[4..], before.tokens[4..]);
+    assert_eq!(engine.version(), 1);
+
+    // Refused updates (unknown name, wrong shape, NaN) keep version 1's weights.
+    let mut broken = update.clone();
+    broken[0].0 = "model.layers.99.mlp.up_proj.weight".to_string();
+    let mut misshapen = update.clone();
+    misshapen[1].1 = HostTensor::new(vec![2, 2], vec![0.0; 4]).unwrap();
+    let mut poisoned = update.clone();
+    poisoned[2].1.data[0] = f32::NAN;
+    for bad in [broken, misshapen, poisoned] {
+        let error = engine.update_weights(2, &bad, InFlight::Keep).unwrap_err();
+        assert!(matches!(error, Error::InvalidUpdate { version: 2, .. }), "{error}");
+    }
+    assert_eq!(engine.version(), 1);
+    let still = singles(engine.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    assert_eq!(still.tokens, after.tokens, "the refused updates left version 1 serving");
+
+    // Aborting in-flight samples on update.
+    engine.add_request(request.clone()).unwrap();
+    engine.step().unwrap();
+    engine
+        .update_weights(3, &new_weights("llama", 8), InFlight::Abort)
+        .unwrap();
+    let ended = engine.step().unwrap();
+    assert!(
+        ended
+            .iter()
+            .any(|u| u.finished.as_ref().unwrap().finish_reason == FinishReason::Abort)
+    );
+    assert!(!engine.has_work());
 }
 
 #[test]
@@ -150,16 +370,33 @@ fn bad_requests_are_refused_naming_the_problem() {
         (bad(&|r| r.prompt.clear()), "empty"),
         (bad(&|r| r.prompt = vec![1; 64]), "max_model_len"),
         (bad(&|r| r.prompt = vec![500]), "vocabulary"),
+        (bad(&|r| r.params.stop_token_ids = vec![500]), "vocabulary"),
         (bad(&|r| r.params.max_tokens = 0), "max_tokens"),
+        (bad(&|r| r.params.max_tokens = 64), "leaves 63"),
+        (bad(&|r| r.params.n = 0), "n is 0"),
+        (bad(&|r| r.params.n = 3), "max_num_seqs"),
+        (bad(&|r| r.params.min_tokens = 7), "min_tokens"),
         (bad(&|r| r.params.temperature = -1.0), "temperature"),
+        (bad(&|r| r.params.temperature = f32::NAN), "temperature"),
         (bad(&|r| r.params.top_p = 0.0), "top_p"),
         (bad(&|r| r.params.top_p = 1.5), "top_p"),
         (bad(&|r| r.params.min_p = 1.0), "min_p"),
+        (bad(&|r| r.params.top_k = -1), "top_k"),
+        (bad(&|r| r.params.presence_penalty = 3.0), "presence_penalty"),
+        (bad(&|r| r.params.frequency_penalty = -2.5), "frequency_penalty"),
+        (bad(&|r| r.params.repetition_penalty = 0.0), "repetition_penalty"),
+        (bad(&|r| r.params.logprobs = Some(21)), "logprobs"),
+        (bad(&|r| r.params.stop = vec!["x".to_string()]), "tokenizer"),
     ];
     for (request, needle) in cases {
-        let error = engine.generate(&[good.clone(), request]).unwrap_err();
-        assert!(matches!(error, Error::InvalidRequest { index: 1, .. }), "{error}");
-        assert!(error.to_string().contains(needle), "{error} should mention {needle}");
+        let error = engine.generate(&[good.clone(), request.clone()]).unwrap_err();
+        assert!(matches!(error, Error::InvalidRequest { .. }), "{error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("request 1") && message.contains(needle),
+            "{message} should name {needle}"
+        );
+        assert!(engine.add_request(request).is_err());
     }
     assert_eq!(engine.generate(&[good]).unwrap().len(), 1, "the engine keeps serving");
 }

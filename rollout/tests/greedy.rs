@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::{cpu_client, fixture};
-use grpo_rollout::engine::{Request, SamplingParams};
+use grpo_rollout::request::{Request, SamplingParams};
 use serde_json::Value;
 
 fn expected() -> Value {
@@ -44,7 +44,7 @@ fn check(model: &str, cases: &[&Value], max_tokens: usize, max_model_len: usize)
     let completions = engine.generate(&requests).unwrap();
     for (case, completion) in cases.iter().zip(&completions) {
         assert_eq!(
-            completion.tokens,
+            completion[0].tokens,
             ids(&case["generated_ids"]),
             "{model}: prompt {:?}",
             case["prompt_ids"]

@@ -1,11 +1,12 @@
 //! The sampler on the real CPU plugin: empirical token frequencies against
-//! the exact filtered distribution computed on the host, greedy rows,
-//! raw log-probs, and per-request determinism independent of the batch.
+//! the exact penalized and filtered distribution computed on the host,
+//! greedy rows, raw log-probs, and per-request determinism independent of
+//! the batch.
 
 mod common;
 
 use common::cpu_client;
-use grpo_rollout::sampling::{SamplingInputs, sample};
+use grpo_rollout::sampling::{SamplingInputs, TokenHistory, sample};
 use grpo_xla::trace::Graph;
 use grpo_xla::{Buffer, Client, ElementType, Executable};
 
@@ -17,7 +18,15 @@ fn program(client: &Client, b: i64) -> Executable {
     let logits = g.parameter(ElementType::F32, &[b, V]).unwrap();
     let p = SamplingInputs::parameters(&g, b).unwrap();
     let inputs = SamplingInputs::from_tensors(&p);
-    let (tokens, log_probs) = sample(&logits, &inputs).unwrap();
+    let h: Vec<_> = (0..3)
+        .map(|_| g.parameter(ElementType::F32, &[b, V]).unwrap())
+        .collect();
+    let history = TokenHistory {
+        output_counts: &h[0],
+        in_prompt: &h[1],
+        stop_tokens: &h[2],
+    };
+    let (tokens, log_probs) = sample(&logits, &inputs, &history).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }
 
@@ -28,6 +37,39 @@ struct Settings {
     top_k: i32,
     top_p: f32,
     min_p: f32,
+    penalties: Penalties,
+}
+
+/// Penalty settings and the token history they act on (the same for every row).
+#[derive(Clone, Copy)]
+struct Penalties {
+    repetition: f32,
+    frequency: f32,
+    presence: f32,
+    suppress_stops: bool,
+    counts: [f32; 6],
+    in_prompt: [f32; 6],
+    stops: [f32; 6],
+}
+
+const NO_PENALTIES: Penalties = Penalties {
+    repetition: 1.0,
+    frequency: 0.0,
+    presence: 0.0,
+    suppress_stops: false,
+    counts: [0.0; 6],
+    in_prompt: [0.0; 6],
+    stops: [0.0; 6],
+};
+
+fn settings(temperature: f32, top_k: i32, top_p: f32, min_p: f32) -> Settings {
+    Settings {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        penalties: NO_PENALTIES,
+    }
 }
 
 fn run(client: &Client, exe: &Executable, s: Settings, seeds: &[u32], steps: &[u32]) -> (Vec<i32>, Vec<f32>) {
@@ -35,25 +77,57 @@ fn run(client: &Client, exe: &Executable, s: Settings, seeds: &[u32], steps: &[u
     let d = client.device(0).unwrap();
     let logits: Vec<f32> = (0..b).flat_map(|_| LOGITS).collect();
     let dims = [b as i64];
+    let pen = s.penalties;
+    let rows = |row: [f32; 6]| -> Vec<f32> { (0..b).flat_map(|_| row).collect() };
     let buffers: Vec<Buffer> = vec![
         client.buffer_from_host(&logits, &[b as i64, V], d).unwrap(),
+        client.buffer_from_host(&vec![pen.repetition; b], &dims, d).unwrap(),
+        client.buffer_from_host(&vec![pen.frequency; b], &dims, d).unwrap(),
+        client.buffer_from_host(&vec![pen.presence; b], &dims, d).unwrap(),
+        client
+            .buffer_from_host(&vec![f32::from(u8::from(pen.suppress_stops)); b], &dims, d)
+            .unwrap(),
         client.buffer_from_host(&vec![s.temperature; b], &dims, d).unwrap(),
         client.buffer_from_host(&vec![s.top_k; b], &dims, d).unwrap(),
         client.buffer_from_host(&vec![s.top_p; b], &dims, d).unwrap(),
         client.buffer_from_host(&vec![s.min_p; b], &dims, d).unwrap(),
         client.buffer_from_host(seeds, &dims, d).unwrap(),
         client.buffer_from_host(steps, &dims, d).unwrap(),
+        client.buffer_from_host(&rows(pen.counts), &[b as i64, V], d).unwrap(),
+        client
+            .buffer_from_host(&rows(pen.in_prompt), &[b as i64, V], d)
+            .unwrap(),
+        client.buffer_from_host(&rows(pen.stops), &[b as i64, V], d).unwrap(),
     ];
     let refs: Vec<&Buffer> = buffers.iter().collect();
     let out = exe.execute(&refs).unwrap();
     (out[0].to_host::<i32>().unwrap(), out[1].to_host::<f32>().unwrap())
 }
 
+/// The logits after the penalties, in f64 (vLLM's formulas).
+fn penalized(p: &Penalties) -> Vec<f64> {
+    (0..LOGITS.len())
+        .map(|i| {
+            let mut z = f64::from(LOGITS[i]);
+            let r = f64::from(p.repetition);
+            if p.counts[i] + p.in_prompt[i] > 0.0 {
+                z = if z > 0.0 { z / r } else { z * r };
+            }
+            let count = f64::from(p.counts[i]);
+            z -= f64::from(p.frequency) * count + f64::from(p.presence) * if count > 0.0 { 1.0 } else { 0.0 };
+            if p.suppress_stops && p.stops[i] > 0.0 {
+                z = f64::NEG_INFINITY;
+            }
+            z
+        })
+        .collect()
+}
+
 /// The exact distribution the settings define, in f64.
 fn exact(s: Settings) -> Vec<f64> {
-    let z: Vec<f64> = LOGITS
+    let z: Vec<f64> = penalized(&s.penalties)
         .iter()
-        .map(|&x| f64::from(x) / f64::from(s.temperature))
+        .map(|&x| x / f64::from(s.temperature))
         .collect();
     let m = z.iter().copied().fold(f64::MIN, f64::max);
     let sum: f64 = z.iter().map(|x| (x - m).exp()).sum();
@@ -88,41 +162,44 @@ fn token_frequencies_follow_the_filtered_distribution() {
     let seeds: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let steps = vec![3u32; n as usize];
     let cases = [
+        settings(1.0, 0, 1.0, 0.0),
+        settings(0.7, 0, 1.0, 0.0),
+        settings(1.3, 3, 1.0, 0.0),
+        settings(1.0, 0, 0.75, 0.0),
+        settings(1.0, 0, 1.0, 0.25),
+        settings(0.9, 4, 0.9, 0.05),
         Settings {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
+            penalties: Penalties {
+                repetition: 1.8,
+                counts: [0.0, 2.0, 0.0, 1.0, 0.0, 0.0],
+                in_prompt: [1.0, 0.0, 1.0, 0.0, 0.0, 0.0],
+                ..NO_PENALTIES
+            },
+            ..settings(1.0, 0, 1.0, 0.0)
         },
         Settings {
-            temperature: 0.7,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
+            penalties: Penalties {
+                frequency: 0.5,
+                presence: 0.7,
+                counts: [1.0, 0.0, 0.0, 3.0, 0.0, 1.0],
+                ..NO_PENALTIES
+            },
+            ..settings(0.8, 0, 0.95, 0.0)
         },
         Settings {
-            temperature: 1.3,
-            top_k: 3,
-            top_p: 1.0,
-            min_p: 0.0,
+            penalties: Penalties {
+                suppress_stops: true,
+                stops: [0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+                ..NO_PENALTIES
+            },
+            ..settings(1.0, 3, 1.0, 0.0)
         },
         Settings {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.75,
-            min_p: 0.0,
-        },
-        Settings {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.25,
-        },
-        Settings {
-            temperature: 0.9,
-            top_k: 4,
-            top_p: 0.9,
-            min_p: 0.05,
+            penalties: Penalties {
+                stops: [0.0, 0.0, 0.0, 1.0, 1.0, 0.0],
+                ..NO_PENALTIES
+            },
+            ..settings(1.0, 3, 1.0, 0.0)
         },
     ];
     let raw = log_softmax(&LOGITS);
@@ -155,22 +232,25 @@ fn token_frequencies_follow_the_filtered_distribution() {
 fn greedy_rows_take_the_argmax_and_seeds_do_not_depend_on_the_batch() {
     let client = cpu_client();
     let exe = program(&client, 8);
-    let greedy = Settings {
-        temperature: 0.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-    };
+    let greedy = settings(0.0, 0, 1.0, 0.0);
     let (tokens, log_probs) = run(&client, &exe, greedy, &[1, 2, 3, 4, 5, 6, 7, 8], &[0; 8]);
     assert!(tokens.iter().all(|&t| t == 3), "{tokens:?}");
     assert!((f64::from(log_probs[0]) - log_softmax(&LOGITS)[3]).abs() < 1e-6);
-
-    let warm = Settings {
-        temperature: 1.5,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
+    // A repeated argmax (2.0 / 2 = 1.0 < 1.2) gives way to the next token;
+    // its log-prob is still the raw policy's.
+    let repeated = Settings {
+        penalties: Penalties {
+            repetition: 2.0,
+            counts: [0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+            ..NO_PENALTIES
+        },
+        ..greedy
     };
+    let (tokens, log_probs) = run(&client, &exe, repeated, &[1; 8], &[0; 8]);
+    assert!(tokens.iter().all(|&t| t == 0), "{tokens:?}");
+    assert!((f64::from(log_probs[0]) - log_softmax(&LOGITS)[0]).abs() < 1e-6);
+
+    let warm = settings(1.5, 0, 1.0, 0.0);
     let seeds = [11, 22, 33, 44, 55, 66, 77, 88];
     let steps = [0, 1, 2, 3, 4, 5, 6, 7];
     let (first, _) = run(&client, &exe, warm, &seeds, &steps);

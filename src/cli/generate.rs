@@ -8,7 +8,8 @@ use grpo_model::chat::ChatMessage;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
-use grpo_rollout::engine::{Engine, EngineConfig, FinishReason, Request, SamplingParams};
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::request::{Request, SamplingParams};
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
@@ -45,7 +46,7 @@ pub struct GenerateArgs {
     /// Drop tokens below this fraction of the most likely one.
     #[arg(long, default_value_t = 0.0)]
     min_p: f32,
-    /// Seed of the first sample (sample i uses seed + i).
+    /// Seed of the first sample (the others derive theirs from it).
     #[arg(long, default_value_t = 0)]
     seed: u32,
     /// Keep generating past the end-of-sequence token.
@@ -96,27 +97,23 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         dtype: ElementType::F32,
     };
     let mut engine = Engine::new(&client, decoder, params, config)?;
-    let requests: Vec<Request> = (0..args.n)
-        .map(|i| Request {
-            prompt: prompt.clone(),
-            params: SamplingParams {
-                max_tokens: args.max_tokens,
-                temperature: args.temperature,
-                top_k: args.top_k,
-                top_p: args.top_p,
-                min_p: args.min_p,
-                seed: args.seed.wrapping_add(i as u32),
-                stop_token_ids: Vec::new(),
-                ignore_eos: args.ignore_eos,
-            },
-        })
-        .collect();
-    for completion in engine.generate(&requests)? {
+    let request = Request {
+        prompt,
+        params: SamplingParams {
+            n: args.n,
+            max_tokens: args.max_tokens,
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            seed: args.seed,
+            ignore_eos: args.ignore_eos,
+            ..SamplingParams::default()
+        },
+    };
+    for completion in engine.generate(&[request])?.remove(0) {
         let text = tokenizer.decode(&completion.tokens, true)?;
-        let reason = match completion.finish_reason {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-        };
+        let reason = completion.finish_reason.as_str();
         if args.json {
             let line = serde_json::json!({
                 "text": text,

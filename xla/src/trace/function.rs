@@ -59,6 +59,15 @@ impl Function {
         range.into_iter().try_fold(self, |f, i| f.donate(i, i))
     }
 
+    /// Donates parameters `first_parameter + i` to outputs `outputs.start + i`
+    /// for every output in `outputs` (state that comes in and goes out as a run).
+    pub fn donate_range_from(self, first_parameter: usize, outputs: std::ops::Range<usize>) -> Result<Function> {
+        let first_output = outputs.start;
+        outputs
+            .into_iter()
+            .try_fold(self, |f, o| f.donate(first_parameter + o - first_output, o))
+    }
+
     /// The module name.
     pub fn name(&self) -> &str {
         &self.name

@@ -1,0 +1,262 @@
+//! The engine's three compiled programs and their shape buckets.
+//!
+//! The device state they share (all donated where they change it):
+//! - the KV cache: per layer keys then values, `[slots, kv_heads,
+//!   max_model_len, head_dim]` in the parameter dtype — row `s` is slot `s`;
+//! - the token history of each slot, `[slots, vocab]` f32 each: output
+//!   token counts, prompt-token marks, stop-token marks (see
+//!   [`TokenHistory`]).
+//!
+//! Programs:
+//! - **prefill** (bucket `T`, a power of two ≥ the prompt length): the keys
+//!   and values of a prompt's tokens but its last, written into one slot
+//!   from position 0; the slot's history reset (prompt marks, stop marks,
+//!   zero counts). No output head: the last prompt token is fed by the
+//!   next decode step, which samples from it.
+//! - **fork** (bucket `T`): copies a slot's first `T` cache positions and
+//!   its history into another slot — the other samples of a group start
+//!   from one prefill.
+//! - **decode** (buckets: rows `B` and attention window `W`, powers of two;
+//!   with or without top log-probs): one token for each of slots `0..B`
+//!   (position −1 = idle row, writes nothing), sampled with the rows'
+//!   settings; returns tokens, raw log-probs (and the top-k), and adds each
+//!   token to its slot's counts.
+
+use std::collections::HashMap;
+
+use grpo_model::decoder::Decoder;
+use grpo_xla::trace::{Graph, Tensor};
+use grpo_xla::{Buffer, Client, ElementType, Executable, TensorType};
+
+use crate::error::Result;
+use crate::request::MAX_TOP_LOGPROBS;
+use crate::sampling::{SamplingInputs, TokenHistory, sample, top_logprobs};
+
+/// The smallest prefill bucket (prompt tokens).
+const MIN_PREFILL: usize = 8;
+/// The smallest attention window of decode.
+const MIN_WINDOW: usize = 16;
+
+/// A compiled program's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ProgramKey {
+    /// Prefill of prompts of up to `tokens` tokens.
+    Prefill { tokens: usize },
+    /// Fork of the first `tokens` cache positions.
+    Fork { tokens: usize },
+    /// Decode of slots `0..rows` attending within `window` positions.
+    Decode { rows: usize, window: usize, top: bool },
+}
+
+/// The power-of-two bucket holding `n`, at least `min`, at most `max`.
+fn bucket(n: usize, min: usize, max: usize) -> usize {
+    n.next_power_of_two().max(min).min(max)
+}
+
+/// The engine's programs, compiled on first use and kept.
+pub(crate) struct Programs {
+    client: Client,
+    decoder: Decoder,
+    dtype: ElementType,
+    slots: usize,
+    capacity: usize,
+    compiled: HashMap<ProgramKey, Executable>,
+}
+
+impl Programs {
+    /// Programs for `slots` sequences of up to `capacity` tokens with `dtype` parameters.
+    pub fn new(client: &Client, decoder: Decoder, dtype: ElementType, slots: usize, capacity: usize) -> Programs {
+        Programs {
+            client: client.clone(),
+            decoder,
+            dtype,
+            slots,
+            capacity,
+            compiled: HashMap::new(),
+        }
+    }
+
+    /// The decoder.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// The prefill (and fork) bucket of a prompt of `len` tokens.
+    pub fn prefill_bucket(&self, len: usize) -> usize {
+        bucket(len, MIN_PREFILL, self.capacity)
+    }
+
+    /// The decode buckets for a highest busy slot `top_slot` and a longest
+    /// sequence (after this step's token) of `len` tokens.
+    pub fn decode_bucket(&self, top_slot: usize, len: usize) -> (usize, usize) {
+        (
+            bucket(top_slot + 1, 1, self.slots),
+            bucket(len, MIN_WINDOW, self.capacity),
+        )
+    }
+
+    /// Types of the device state, in program order: cache, then counts, prompt marks, stop marks.
+    pub fn state_types(&self) -> Vec<TensorType> {
+        let mut types = self
+            .decoder
+            .cache_types(self.slots as i64, self.capacity as i64, self.dtype);
+        let history = TensorType::new(ElementType::F32, [self.slots as i64, self.vocab()]);
+        types.extend(std::iter::repeat_n(history, 3));
+        types
+    }
+
+    fn vocab(&self) -> i64 {
+        self.decoder.config().vocab_size as i64
+    }
+
+    /// The program of `key`, compiling it the first time.
+    pub fn get(&mut self, key: ProgramKey) -> Result<&Executable> {
+        if !self.compiled.contains_key(&key) {
+            let program = match key {
+                ProgramKey::Prefill { tokens } => self.prefill(tokens as i64)?,
+                ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
+                ProgramKey::Decode { rows, window, top } => self.decode(rows as i64, window as i64, top)?,
+            };
+            self.compiled.insert(key, program);
+        }
+        Ok(&self.compiled[&key])
+    }
+
+    /// The state as parameters of `graph`.
+    fn state_parameters(&self, graph: &Graph) -> Result<Vec<Tensor>> {
+        Ok(self
+            .state_types()
+            .iter()
+            .map(|ty| graph.parameter(ty.dtype, &ty.dims))
+            .collect::<grpo_xla::Result<_>>()?)
+    }
+
+    /// `(params, ids [1,T], positions [1,T], prompt [T], stop_row [V], slot, state) → state`.
+    fn prefill(&self, t: i64) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_prefill_{t}"));
+        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+        let ids = graph.parameter(ElementType::S32, &[1, t])?;
+        let positions = graph.parameter(ElementType::S32, &[1, t])?;
+        let prompt = graph.parameter(ElementType::S32, &[t])?;
+        let stop_row = graph.parameter(ElementType::F32, &[1, self.vocab()])?;
+        let slot = graph.parameter(ElementType::S32, &[])?;
+        let state = self.state_parameters(&graph)?;
+        let layers = state.len() - 3;
+        let zero = slot.zeros_like()?;
+        let kv = self.decoder.prompt_kv(&params, &ids, &positions)?;
+        let mut outputs: Vec<Tensor> = state[..layers]
+            .iter()
+            .zip(&kv)
+            .map(|(cache, new)| cache.dynamic_update_slice(new, &[&slot, &zero, &zero, &zero]))
+            .collect::<grpo_xla::Result<_>>()?;
+        let empty_row = stop_row.zeros_like()?;
+        let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
+        outputs.push(counts.dynamic_update_slice(&empty_row, &[&slot, &zero])?);
+        // Prompt marks: the row cleared, then a 1 at each prompt token (−1 padding writes nothing).
+        let cleared = in_prompt.dynamic_update_slice(&empty_row, &[&slot, &zero])?;
+        let at = Tensor::concatenate(
+            &[
+                &slot.reshape(&[1, 1])?.broadcast_to(&[t, 1])?,
+                &prompt.reshape(&[t, 1])?,
+            ],
+            1,
+        )?;
+        let dims = grpo_xla::trace::ScatterDims {
+            update_window_dims: vec![],
+            inserted_window_dims: vec![0, 1],
+            scatter_dims_to_operand_dims: vec![0, 1],
+            index_vector_dim: 1,
+        };
+        outputs.push(cleared.scatter(&at, &graph.full(1.0, ElementType::F32, &[t])?, &dims)?);
+        outputs.push(stops.dynamic_update_slice(&stop_row, &[&slot, &zero])?);
+        let first_state = params.len() + 5;
+        let function = graph
+            .build(&outputs.iter().collect::<Vec<_>>())?
+            .donate_range_from(first_state, 0..outputs.len())?;
+        Ok(function.compile(&self.client)?)
+    }
+
+    /// `(src, dst, state) → state` with slot `dst` a copy of slot `src`
+    /// (its first `t` cache positions and its history).
+    fn fork(&self, t: i64) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_fork_{t}"));
+        let src = graph.parameter(ElementType::S32, &[])?;
+        let dst = graph.parameter(ElementType::S32, &[])?;
+        let state = self.state_parameters(&graph)?;
+        let zero = src.zeros_like()?;
+        let outputs: Vec<Tensor> = state
+            .iter()
+            .map(|x| {
+                let mut sizes = x.dims().to_vec();
+                sizes[0] = 1;
+                if sizes.len() == 4 {
+                    sizes[2] = t;
+                }
+                let mut starts = vec![&src; sizes.len()];
+                starts[1..].fill(&zero);
+                let copied = x.dynamic_slice(&starts, &sizes)?;
+                starts[0] = &dst;
+                x.dynamic_update_slice(&copied, &starts)
+            })
+            .collect::<grpo_xla::Result<_>>()?;
+        let function = graph
+            .build(&outputs.iter().collect::<Vec<_>>())?
+            .donate_range_from(2, 0..outputs.len())?;
+        Ok(function.compile(&self.client)?)
+    }
+
+    /// `(params, ids [B,1], positions [B,1], sampling inputs, state) →
+    /// (tokens, log-probs, [top ids, top log-probs], cache, counts)`.
+    fn decode(&self, b: i64, window: i64, top: bool) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_decode_{b}x{window}{}", if top { "_top" } else { "" }));
+        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+        let ids = graph.parameter(ElementType::S32, &[b, 1])?;
+        let positions = graph.parameter(ElementType::S32, &[b, 1])?;
+        let settings = SamplingInputs::parameters(&graph, b)?;
+        let state = self.state_parameters(&graph)?;
+        let layers = state.len() - 3;
+        let (logits, cache) = self
+            .decoder
+            .logits_with_cache(&params, &ids, &positions, &state[..layers], window)?;
+        let logits = logits.reshape(&[b, self.vocab()])?;
+        let rows = |x: &Tensor| x.slice(&[0, 0], &[b, self.vocab()], &[1, 1]);
+        let counts = rows(&state[layers])?;
+        let history = TokenHistory {
+            output_counts: &counts,
+            in_prompt: &rows(&state[layers + 1])?,
+            stop_tokens: &rows(&state[layers + 2])?,
+        };
+        let (tokens, logprobs) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history)?;
+        // Each busy row counts its new token.
+        let vocab = graph.iota(ElementType::S32, &[b, self.vocab()], 1)?;
+        let busy = positions.ge(&positions.zeros_like()?)?;
+        let drawn = vocab.eq(&tokens.reshape(&[b, 1])?)?.and(&busy)?;
+        let counted = drawn.select(&counts.add_scalar(1.0)?, &counts)?;
+        let zero = graph.scalar(0.0, ElementType::S32)?;
+        let new_counts = state[layers].dynamic_update_slice(&counted, &[&zero, &zero])?;
+
+        let mut outputs = vec![tokens, logprobs];
+        if top {
+            let (ids, values) = top_logprobs(&logits, MAX_TOP_LOGPROBS as i64)?;
+            outputs.extend([ids, values]);
+        }
+        let first_result = outputs.len();
+        outputs.extend(cache);
+        outputs.push(new_counts);
+        let first_state = params.len() + 2 + settings.len();
+        let function = graph
+            .build(&outputs.iter().collect::<Vec<_>>())?
+            .donate_range_from(first_state, first_result..outputs.len())?;
+        Ok(function.compile(&self.client)?)
+    }
+
+    /// Number of programs compiled so far.
+    pub fn compiled(&self) -> usize {
+        self.compiled.len()
+    }
+}
+
+/// A `[B, 1]`-or-`[B]` host vector uploaded as `dims`.
+pub(crate) fn upload<T: grpo_xla::NativeType>(client: &Client, values: &[T], dims: &[i64]) -> Result<Buffer> {
+    Ok(client.buffer_from_host(values, dims, client.device(0)?)?)
+}

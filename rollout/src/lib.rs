@@ -9,14 +9,18 @@
 //!   token's log-prob under the unmodified policy.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
 //!   the device, one prefill per group, aborts, live weight updates.
+//! - [`detokenize`]: the incremental detokenizer streaming a sequence's text.
+//! - [`stop`]: stop strings over streamed text, and the tail to hold back.
 
 #![warn(missing_docs)]
 
+pub mod detokenize;
 pub mod engine;
 mod error;
 pub mod output;
 mod programs;
 pub mod request;
 pub mod sampling;
+pub mod stop;
 
 pub use error::{Error, Result};

@@ -45,3 +45,21 @@ pub fn engine(client: &Client, model: &str, max_num_seqs: usize, max_model_len: 
     };
     Engine::new(client, decoder, params, config).unwrap()
 }
+
+/// SmolLM2's byte-level BPE tokenizer (49,152 tokens), loaded once per test binary.
+pub fn smollm2_tokenizer() -> std::sync::Arc<grpo_model::tokenizer::Tokenizer> {
+    static TOKENIZER: std::sync::OnceLock<std::sync::Arc<grpo_model::tokenizer::Tokenizer>> =
+        std::sync::OnceLock::new();
+    TOKENIZER
+        .get_or_init(|| {
+            let pretrained = Pretrained::open(grpo_model::bundled::SMOLLM2_NAME).unwrap();
+            std::sync::Arc::new(pretrained.tokenizer.expect("SmolLM2 has a tokenizer: run `grpo setup`"))
+        })
+        .clone()
+}
+
+/// The tiny byte-level BPE fixture tokenizer (600 tokens) of the model crate's tests.
+pub fn tiny_tokenizer() -> std::sync::Arc<grpo_model::tokenizer::Tokenizer> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/tokenizer/tiny/tokenizer.json");
+    std::sync::Arc::new(grpo_model::tokenizer::Tokenizer::from_file(path).unwrap())
+}

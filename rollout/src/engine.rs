@@ -253,13 +253,25 @@ impl Engine {
 
     /// One scheduling iteration: admits waiting requests into free slots
     /// (prefilling each prompt once), then decodes one token for every
-    /// running sample. Returns what happened to each sample.
+    /// running sample. Returns what happened to each sample (including
+    /// aborts since the last call).
     pub fn step(&mut self) -> Result<Vec<SampleUpdate>> {
         self.admit()?;
         if self.slots.iter().any(Option::is_some) {
             self.decode()?;
         }
-        Ok(std::mem::take(&mut self.pending))
+        Ok(self.take_updates())
+    }
+
+    /// The updates made outside a step (aborts, also those of a weight
+    /// update), without stepping.
+    pub fn take_updates(&mut self) -> Vec<SampleUpdate> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Ids of the requests waiting or running.
+    pub fn requests(&self) -> Vec<RequestId> {
+        self.held.keys().copied().collect()
     }
 
     /// Generates every request's samples (outer: per request, in order;
@@ -347,8 +359,7 @@ impl Engine {
         }
         self.version = version;
         if in_flight == InFlight::Abort {
-            let ids: Vec<RequestId> = self.held.keys().copied().collect();
-            for id in ids {
+            for id in self.requests() {
                 self.abort(id);
             }
         }

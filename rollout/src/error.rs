@@ -27,6 +27,13 @@ pub enum Error {
         /// How many.
         requests: usize,
     },
+    /// The engine's thread has stopped (after a device failure, or because
+    /// every handle was dropped); nothing more can be generated.
+    #[error("the engine has stopped: {reason}")]
+    EngineStopped {
+        /// Why.
+        reason: String,
+    },
     /// The model could not be used.
     #[error(transparent)]
     Model(#[from] grpo_model::Error),

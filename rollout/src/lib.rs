@@ -9,6 +9,8 @@
 //!   token's log-prob under the unmodified policy.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
 //!   the device, one prefill per group, aborts, live weight updates.
+//! - [`handle`]: the engine as an async service (an actor thread, a
+//!   stream of updates per request, pause / resume, weight updates).
 //! - [`detokenize`]: the incremental detokenizer streaming a sequence's text.
 //! - [`stop`]: stop strings over streamed text, and the tail to hold back.
 
@@ -16,6 +18,7 @@
 
 pub mod detokenize;
 pub mod engine;
+pub mod handle;
 mod error;
 pub mod output;
 mod programs;

@@ -21,8 +21,10 @@
 //! every token records the policy version that produced it.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use grpo_model::decoder::Decoder;
+use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
 use grpo_xla::{Arg, Buffer, Client, ElementType};
 
@@ -30,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
 use crate::programs::{ProgramKey, Programs, upload};
 use crate::request::{Limits, Request};
+use crate::text::SampleText;
 
 /// How big the engine is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,6 +87,8 @@ struct Sequence {
     /// The token the next decode step feeds (the last prompt token at first).
     next_input: u32,
     tokens: Vec<Token>,
+    /// The text, when the engine has a tokenizer.
+    text: Option<SampleText>,
 }
 
 impl Sequence {
@@ -116,6 +121,7 @@ pub struct Engine {
     next_id: RequestId,
     /// Updates made outside a step (aborts), returned by the next step.
     pending: Vec<SampleUpdate>,
+    tokenizer: Option<Arc<Tokenizer>>,
 }
 
 impl Engine {
@@ -149,7 +155,15 @@ impl Engine {
             held: HashMap::new(),
             next_id: 0,
             pending: Vec::new(),
+            tokenizer: None,
         })
+    }
+
+    /// Detokenizes completions with `tokenizer`: updates stream their text
+    /// and requests may stop on strings.
+    pub fn with_tokenizer(mut self, tokenizer: Arc<Tokenizer>) -> Engine {
+        self.tokenizer = Some(tokenizer);
+        self
     }
 
     /// The engine's size.
@@ -189,7 +203,7 @@ impl Engine {
             max_model_len: self.config.max_model_len,
             max_num_seqs: self.config.max_num_seqs,
             vocab_size: self.decoder().config().vocab_size,
-            has_tokenizer: false,
+            has_tokenizer: self.tokenizer.is_some(),
         }
     }
 
@@ -244,6 +258,7 @@ impl Engine {
                     prompt_len: held.request.prompt.len(),
                     next_input: 0,
                     tokens: Vec::new(),
+                    text: None,
                 };
                 self.pending.push(finished(empty, FinishReason::Abort, None));
             }
@@ -438,12 +453,17 @@ impl Engine {
             self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
         }
         for (index, &slot) in slots.iter().enumerate() {
+            let text = match &self.tokenizer {
+                Some(tokenizer) => Some(SampleText::new(tokenizer, &prompt, &self.held[&id].request.params)?),
+                None => None,
+            };
             self.slots[slot] = Some(Sequence {
                 request: id,
                 index,
                 prompt_len: len,
                 next_input: prompt[len - 1],
                 tokens: Vec::new(),
+                text,
             });
         }
         Ok(())
@@ -503,18 +523,27 @@ impl Engine {
             sequence.tokens.push(token.clone());
             sequence.next_input = token.id;
             let params = &held.request.params;
+            let (mut text, stop_string) = match sequence.text.as_mut() {
+                Some(t) => t.push(token.id)?,
+                None => (String::new(), None),
+            };
             let finish = if held.stop_tokens.contains(&token.id) {
                 Some((FinishReason::Stop, Some(StopReason::Token(token.id))))
+            } else if let Some(stop) = stop_string {
+                Some((FinishReason::Stop, Some(StopReason::String(stop))))
             } else if sequence.tokens.len() >= params.max_tokens {
                 Some((FinishReason::Length, None))
             } else {
                 None
             };
+            if let (Some((_, None | Some(StopReason::Token(_)))), Some(t)) = (&finish, sequence.text.as_mut()) {
+                text.push_str(&t.finish()?);
+            }
             let mut update = SampleUpdate {
                 request: sequence.request,
                 index: sequence.index,
                 token: Some(token),
-                text: String::new(),
+                text,
                 finished: None,
             };
             if let Some((reason, stop)) = finish {
@@ -546,7 +575,7 @@ fn finished(sequence: Sequence, reason: FinishReason, stop: Option<StopReason>) 
             logprobs: tokens.iter().map(|t| t.logprob).collect(),
             top_logprobs: tokens.iter().map(|t| t.top_logprobs.clone()).collect(),
             versions: tokens.iter().map(|t| t.version).collect(),
-            text: None,
+            text: sequence.text.as_ref().map(SampleText::text),
             finish_reason: reason,
             stop_reason: stop,
         }),

@@ -25,5 +25,6 @@ mod programs;
 pub mod request;
 pub mod sampling;
 pub mod stop;
+mod text;
 
 pub use error::{Error, Result};

@@ -1,7 +1,8 @@
 //! `grpo generate --model M --prompt TEXT`: completions from the rollout
 //! engine. The prompt is tokenized as transformers' `tokenizer(text)` does;
 //! `--chat` first renders it as a user turn with the chat template. With
-//! `--json`, one line per sample: `{"text", "token_ids", "logprobs", "finish_reason"}`.
+//! `--json`, one line per sample: `{"text", "token_ids", "logprobs", "finish_reason"}`;
+//! `--stop` ends a sample at a string (cut from its text).
 
 use anyhow::{Context, bail};
 use grpo_model::chat::ChatMessage;
@@ -49,6 +50,10 @@ pub struct GenerateArgs {
     /// Seed of the first sample (the others derive theirs from it).
     #[arg(long, default_value_t = 0)]
     seed: u32,
+    /// End a sample where its text contains this string (repeatable); the
+    /// string is cut from the text.
+    #[arg(long)]
+    stop: Vec<String>,
     /// Keep generating past the end-of-sequence token.
     #[arg(long)]
     ignore_eos: bool,
@@ -96,7 +101,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         max_model_len,
         dtype: ElementType::F32,
     };
-    let mut engine = Engine::new(&client, decoder, params, config)?;
+    let tokenizer = std::sync::Arc::new(tokenizer.clone());
+    let mut engine = Engine::new(&client, decoder, params, config)?.with_tokenizer(tokenizer);
     let request = Request {
         prompt,
         params: SamplingParams {
@@ -108,11 +114,12 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             min_p: args.min_p,
             seed: args.seed,
             ignore_eos: args.ignore_eos,
+            stop: args.stop.clone(),
             ..SamplingParams::default()
         },
     };
     for completion in engine.generate(&[request])?.remove(0) {
-        let text = tokenizer.decode(&completion.tokens, true)?;
+        let text = completion.text.clone().unwrap_or_default();
         let reason = completion.finish_reason.as_str();
         if args.json {
             let line = serde_json::json!({

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
 use crate::programs::{ProgramKey, Programs, upload};
 use crate::request::{Limits, Request};
+use crate::sampling::SamplerKind;
 use crate::text::SampleText;
 
 /// How big the engine is.
@@ -485,9 +486,20 @@ impl Engine {
         let layers = self.state.len() - 3;
         args.extend(self.state[..=layers].iter().map(Arg::Donate));
         args.extend(self.state[layers + 1..].iter().map(Arg::Borrow));
+        let sampler = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|s| {
+                let p = &self.held[&s.request].request.params;
+                SamplerKind::for_row(p.temperature, p.top_k, p.top_p)
+            })
+            .max()
+            .unwrap_or(SamplerKind::Greedy);
         let key = ProgramKey::Decode {
             rows,
             window,
+            sampler,
             top: wants_top,
         };
         let mut out = self.programs.get(key)?.execute_args(&args)?;

@@ -17,7 +17,8 @@
 //!   its history into another slot — the other samples of a group start
 //!   from one prefill.
 //! - **decode** (buckets: rows `B` and attention window `W`, powers of two;
-//!   with or without top log-probs): one token for each of slots `0..B`
+//!   the cheapest [`SamplerKind`] the rows need; with or without top
+//!   log-probs): one token for each of slots `0..B`
 //!   (position −1 = idle row, writes nothing), sampled with the rows'
 //!   settings; returns tokens, raw log-probs (and the top-k), and adds each
 //!   token to its slot's counts.
@@ -30,7 +31,7 @@ use grpo_xla::{Buffer, Client, ElementType, Executable, TensorType};
 
 use crate::error::Result;
 use crate::request::MAX_TOP_LOGPROBS;
-use crate::sampling::{SamplingInputs, TokenHistory, sample, top_logprobs};
+use crate::sampling::{SamplerKind, SamplingInputs, TokenHistory, sample, top_logprobs};
 
 /// The smallest prefill bucket (prompt tokens).
 const MIN_PREFILL: usize = 8;
@@ -44,8 +45,14 @@ pub(crate) enum ProgramKey {
     Prefill { tokens: usize },
     /// Fork of the first `tokens` cache positions.
     Fork { tokens: usize },
-    /// Decode of slots `0..rows` attending within `window` positions.
-    Decode { rows: usize, window: usize, top: bool },
+    /// Decode of slots `0..rows` attending within `window` positions, with
+    /// this sampler and with or without top log-probs.
+    Decode {
+        rows: usize,
+        window: usize,
+        sampler: SamplerKind,
+        top: bool,
+    },
 }
 
 /// The power-of-two bucket holding `n`, at least `min`, at most `max`.
@@ -115,7 +122,12 @@ impl Programs {
             let program = match key {
                 ProgramKey::Prefill { tokens } => self.prefill(tokens as i64)?,
                 ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
-                ProgramKey::Decode { rows, window, top } => self.decode(rows as i64, window as i64, top)?,
+                ProgramKey::Decode {
+                    rows,
+                    window,
+                    sampler,
+                    top,
+                } => self.decode(rows as i64, window as i64, sampler, top)?,
             };
             self.compiled.insert(key, program);
         }
@@ -207,8 +219,9 @@ impl Programs {
 
     /// `(params, ids [B,1], positions [B,1], sampling inputs, state) →
     /// (tokens, log-probs, [top ids, top log-probs], cache, counts)`.
-    fn decode(&self, b: i64, window: i64, top: bool) -> Result<Executable> {
-        let graph = Graph::new(&format!("engine_decode_{b}x{window}{}", if top { "_top" } else { "" }));
+    fn decode(&self, b: i64, window: i64, sampler: SamplerKind, top: bool) -> Result<Executable> {
+        let top_name = if top { "_top" } else { "" };
+        let graph = Graph::new(&format!("engine_decode_{b}x{window}_{sampler:?}{top_name}"));
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[b, 1])?;
         let positions = graph.parameter(ElementType::S32, &[b, 1])?;
@@ -226,7 +239,7 @@ impl Programs {
             in_prompt: &rows(&state[layers + 1])?,
             stop_tokens: &rows(&state[layers + 2])?,
         };
-        let (tokens, logprobs) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history)?;
+        let (tokens, logprobs) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history, sampler)?;
         // Each busy row counts its new token.
         let vocab = graph.iota(ElementType::S32, &[b, self.vocab()], 1)?;
         let busy = positions.ge(&positions.zeros_like()?)?;

@@ -17,7 +17,9 @@
 //!   its rank is below top-k (0 = no limit), the probability mass before it
 //!   is below top-p, and `p ≥ min_p · p_max`; the first token is always kept;
 //! - one uniform `u` picks the token whose kept cumulative mass first
-//!   exceeds `u · Σ kept`.
+//!   exceeds `u · Σ kept`. Rows without top-k and top-p do this in
+//!   vocabulary order and skip the sort (the same distribution, and the
+//!   same token whichever [`SamplerKind`] the program has).
 //!
 //! The uniform comes from a counter-based hash of (seed, step), so a request
 //! draws the same tokens whatever else shares its batch. Each token is
@@ -117,20 +119,95 @@ fn penalized(z: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHistory<'_>
     suppressed.select(&z.full_like(f64::NEG_INFINITY)?, &z)
 }
 
-/// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits (f32 `[B]`).
-pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHistory<'_>) -> Result<(Tensor, Tensor)> {
-    let (b, v) = (logits.dims()[0], logits.dims()[1]);
+/// Which draws a sampling program can make. A cheaper kind leaves out work
+/// that none of its rows needs, and every kind able to serve a row draws
+/// the same token for it: a row's tokens never depend on its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SamplerKind {
+    /// Only greedy rows (temperature 0).
+    Greedy,
+    /// Greedy rows and rows sampled without top-k / top-p (min-p is fine):
+    /// no sort of the vocabulary.
+    Plain,
+    /// Any row; rows with top-k or top-p sort their probabilities.
+    Filtered,
+}
+
+impl SamplerKind {
+    /// The cheapest kind that serves a row with these settings.
+    pub fn for_row(temperature: f32, top_k: i32, top_p: f32) -> SamplerKind {
+        if temperature <= 0.0 {
+            SamplerKind::Greedy
+        } else if top_k > 0 || top_p < 1.0 {
+            SamplerKind::Filtered
+        } else {
+            SamplerKind::Plain
+        }
+    }
+}
+
+/// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits
+/// (f32 `[B]`), for rows that `kind` serves.
+pub fn sample(
+    logits: &Tensor,
+    inputs: &SamplingInputs<'_>,
+    history: &TokenHistory<'_>,
+    kind: SamplerKind,
+) -> Result<(Tensor, Tensor)> {
+    let b = logits.dims()[0];
     let raw = logits.convert(ElementType::F32)?;
     let z = penalized(&raw, inputs, history)?;
+    let argmax = z.argmax(1, ElementType::S32)?;
+    let tokens = if kind == SamplerKind::Greedy {
+        argmax
+    } else {
+        let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
+        let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
+        let p = z.div(&safe_t.reshape(&[b, 1])?)?.softmax(1)?;
+        let u = uniform(inputs.seed, inputs.step)?;
+        let mut drawn = draw_unsorted(&p, inputs, &u)?;
+        if kind == SamplerKind::Filtered {
+            let no_k = inputs.top_k.le(&inputs.top_k.zeros_like()?)?;
+            let no_p = inputs.top_p.ge(&inputs.top_p.ones_like()?)?;
+            let plain = no_k.and(&no_p)?;
+            drawn = plain.select(&drawn, &draw_sorted(&p, inputs, &u)?)?;
+        }
+        greedy.select(&argmax, &drawn)?
+    };
+    let log_probs = raw.gathered_log_probs(&tokens)?;
+    Ok((tokens, log_probs))
+}
+
+/// Per row, the first position whose cumulative `kept_p` mass exceeds
+/// `u · Σ kept_p` (never past the last `kept` position).
+fn inverse_cdf(kept_p: &Tensor, kept: &Tensor, u: &Tensor) -> Result<Tensor> {
+    let (b, v) = (kept_p.dims()[0], kept_p.dims()[1]);
+    let rank = kept_p.graph().iota(ElementType::S32, &[b, v], 1)?;
+    let cumulative = kept_p.cumsum(1, false)?;
+    let total = cumulative.slice_axis(1, v - 1, v)?;
+    let threshold = u.reshape(&[b, 1])?.mul(&total)?;
+    let below = cumulative.le(&threshold)?;
+    let count = below.select(&rank.ones_like()?, &rank.zeros_like()?)?.sum(&[1])?;
+    let last_kept = kept.select(&rank, &rank.zeros_like()?)?.max(&[1])?;
+    count.minimum(&last_kept)
+}
+
+/// Tokens drawn from `p` `[B, V]` with min-p only, in vocabulary order.
+fn draw_unsorted(p: &Tensor, inputs: &SamplingInputs<'_>, u: &Tensor) -> Result<Tensor> {
+    let b = p.dims()[0];
+    let p_max = p.max(&[1])?.reshape(&[b, 1])?;
+    let kept = p.ge(&p_max.mul(&inputs.min_p.reshape(&[b, 1])?)?)?;
+    let kept_p = kept.select(p, &p.zeros_like()?)?;
+    inverse_cdf(&kept_p, &kept, u)
+}
+
+/// Tokens drawn from `p` `[B, V]` with top-k, top-p and min-p, in
+/// descending probability order (the first token is always kept).
+fn draw_sorted(p: &Tensor, inputs: &SamplingInputs<'_>, u: &Tensor) -> Result<Tensor> {
+    let (b, v) = (p.dims()[0], p.dims()[1]);
     let column = |x: &Tensor| x.reshape(&[b, 1]);
-
-    let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
-    let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
-    let p = z.div(&column(&safe_t)?)?.softmax(1)?;
     let (sorted, order) = p.sort(1, true)?;
-
-    let graph = logits.graph();
-    let rank = graph.iota(ElementType::S32, &[b, v], 1)?;
+    let rank = p.graph().iota(ElementType::S32, &[b, v], 1)?;
     let k = inputs
         .top_k
         .le(&inputs.top_k.zeros_like()?)?
@@ -143,21 +220,8 @@ pub fn sample(logits: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHisto
     let first = rank.eq(&rank.zeros_like()?)?;
     let kept = within_k.and(&within_p)?.and(&above_min)?.or(&first)?;
     let kept_p = kept.select(&sorted, &sorted.zeros_like()?)?;
-
-    let cumulative = kept_p.cumsum(1, false)?;
-    let total = cumulative.slice_axis(1, v - 1, v)?;
-    let u = uniform(inputs.seed, inputs.step)?;
-    let threshold = column(&u)?.mul(&total)?;
-    // The first kept position whose cumulative mass exceeds u · total.
-    let below = cumulative.le(&threshold)?.and(&kept)?;
-    let count = below.select(&rank.ones_like()?, &rank.zeros_like()?)?.sum(&[1])?;
-    let last_kept = kept.select(&rank, &rank.zeros_like()?)?.max(&[1])?;
-    let position = count.minimum(&last_kept)?;
-    let drawn = order.take_along_axis(&column(&position)?, 1)?.reshape(&[b])?;
-
-    let tokens = greedy.select(&z.argmax(1, ElementType::S32)?, &drawn)?;
-    let log_probs = raw.gathered_log_probs(&tokens)?;
-    Ok((tokens, log_probs))
+    let position = inverse_cdf(&kept_p, &kept, u)?;
+    order.take_along_axis(&column(&position)?, 1)?.reshape(&[b])
 }
 
 /// The `k` most likely tokens of each row under the raw logits and their

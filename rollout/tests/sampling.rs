@@ -6,14 +6,14 @@
 mod common;
 
 use common::cpu_client;
-use grpo_rollout::sampling::{SamplingInputs, TokenHistory, sample};
+use grpo_rollout::sampling::{SamplerKind, SamplingInputs, TokenHistory, sample};
 use grpo_xla::trace::Graph;
 use grpo_xla::{Buffer, Client, ElementType, Executable};
 
 const V: i64 = 6;
 const LOGITS: [f32; 6] = [1.2, 0.3, -0.4, 2.0, 0.9, -1.5];
 
-fn program(client: &Client, b: i64) -> Executable {
+fn program(client: &Client, b: i64, kind: SamplerKind) -> Executable {
     let g = Graph::new("sampler");
     let logits = g.parameter(ElementType::F32, &[b, V]).unwrap();
     let p = SamplingInputs::parameters(&g, b).unwrap();
@@ -26,7 +26,7 @@ fn program(client: &Client, b: i64) -> Executable {
         in_prompt: &h[1],
         stop_tokens: &h[2],
     };
-    let (tokens, log_probs) = sample(&logits, &inputs, &history).unwrap();
+    let (tokens, log_probs) = sample(&logits, &inputs, &history, kind).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }
 
@@ -158,7 +158,8 @@ fn log_softmax(z: &[f32]) -> Vec<f64> {
 fn token_frequencies_follow_the_filtered_distribution() {
     let client = cpu_client();
     let n = 8192;
-    let exe = program(&client, n);
+    let plain = program(&client, n, SamplerKind::Plain);
+    let filtered = program(&client, n, SamplerKind::Filtered);
     let seeds: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let steps = vec![3u32; n as usize];
     let cases = [
@@ -204,7 +205,11 @@ fn token_frequencies_follow_the_filtered_distribution() {
     ];
     let raw = log_softmax(&LOGITS);
     for s in cases {
-        let (tokens, log_probs) = run(&client, &exe, s, &seeds, &steps);
+        let (tokens, log_probs) = run(&client, &filtered, s, &seeds, &steps);
+        if SamplerKind::for_row(s.temperature, s.top_k, s.top_p) == SamplerKind::Plain {
+            let (unsorted, _) = run(&client, &plain, s, &seeds, &steps);
+            assert_eq!(unsorted, tokens, "both kinds draw a plain row's tokens alike");
+        }
         let want = exact(s);
         let mut counts = vec![0usize; V as usize];
         for (&t, &lp) in tokens.iter().zip(&log_probs) {
@@ -231,11 +236,19 @@ fn token_frequencies_follow_the_filtered_distribution() {
 #[test]
 fn greedy_rows_take_the_argmax_and_seeds_do_not_depend_on_the_batch() {
     let client = cpu_client();
-    let exe = program(&client, 8);
+    let exe = program(&client, 8, SamplerKind::Filtered);
     let greedy = settings(0.0, 0, 1.0, 0.0);
-    let (tokens, log_probs) = run(&client, &exe, greedy, &[1, 2, 3, 4, 5, 6, 7, 8], &[0; 8]);
-    assert!(tokens.iter().all(|&t| t == 3), "{tokens:?}");
-    assert!((f64::from(log_probs[0]) - log_softmax(&LOGITS)[3]).abs() < 1e-6);
+    for kind in [SamplerKind::Greedy, SamplerKind::Plain, SamplerKind::Filtered] {
+        let (tokens, log_probs) = run(
+            &client,
+            &program(&client, 8, kind),
+            greedy,
+            &[1, 2, 3, 4, 5, 6, 7, 8],
+            &[0; 8],
+        );
+        assert!(tokens.iter().all(|&t| t == 3), "{kind:?}: {tokens:?}");
+        assert!((f64::from(log_probs[0]) - log_softmax(&LOGITS)[3]).abs() < 1e-6);
+    }
     // A repeated argmax (2.0 / 2 = 1.0 < 1.2) gives way to the next token;
     // its log-prob is still the raw policy's.
     let repeated = Settings {

@@ -155,26 +155,31 @@ impl Decoder {
 
     /// Attention of queries `q` `[B, heads, T, hd]` over keys/values
     /// `[B, kv_heads, S, hd]`, where `allowed` `[B, T, S]` (pred) says which
-    /// key each query may see. Softmax in f32, as transformers does.
+    /// key each query may see. Softmax in f32, as transformers does. Query
+    /// head `h` reads key/value head `h / (heads / kv_heads)` (transformers'
+    /// `repeat_kv`), as one product batched over the key/value heads: the
+    /// shared keys and values are never copied per query head.
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, allowed: &Tensor) -> Result<Tensor> {
         let c = &self.config;
-        let (b, s) = (k.dims()[0], k.dims()[2]);
+        let (b, t, s) = (q.dims()[0], q.dims()[2], k.dims()[2]);
         let group = (c.heads / c.kv_heads) as i64;
         let (kv, hd) = (c.kv_heads as i64, c.head_dim as i64);
-        let repeat = |x: &Tensor| -> Result<Tensor> {
-            x.reshape(&[b, kv, 1, s, hd])?
-                .broadcast_in_dim(&[b, kv, group, s, hd], &[0, 1, 2, 3, 4])?
-                .reshape(&[b, kv * group, s, hd])
-        };
-        let (k, v) = (repeat(k)?, repeat(v)?);
-        let scores = q
-            .matmul(&k.t()?)?
+        // [B, kv, group·T, hd]: each key/value head's query heads, one after another.
+        let grouped = q.reshape(&[b, kv, group * t, hd])?;
+        let scores = grouped
+            .dot_general(k, &[0, 1], &[0, 1], &[3], &[3])?
             .mul_scalar(1.0 / (c.head_dim as f64).sqrt())?
             .convert(ElementType::F32)?;
-        let t = q.dims()[2];
-        let allowed = allowed.reshape(&[b, 1, t, s])?.broadcast_to(scores.dims())?;
+        let allowed = allowed
+            .reshape(&[b, 1, 1, t, s])?
+            .broadcast_to(&[b, kv, group, t, s])?
+            .reshape(scores.dims())?;
         let masked = allowed.select(&scores, &scores.full_like(f64::from(f32::MIN))?)?;
-        masked.softmax(3)?.convert(q.dtype())?.matmul(&v)
+        masked
+            .softmax(3)?
+            .convert(q.dtype())?
+            .dot_general(v, &[0, 1], &[0, 1], &[3], &[2])?
+            .reshape(&[b, kv * group, t, hd])
     }
 
     /// Logits `[B, T, vocab]` (f32) of token `ids` `[B, T]` at `positions`

@@ -11,6 +11,9 @@
 //!   the device, one prefill per group, aborts, live weight updates.
 //! - [`handle`]: the engine as an async service (an actor thread, a
 //!   stream of updates per request, pause / resume, weight updates).
+//! - [`worker`]: the rollout worker gRPC service (generation, checksummed
+//!   weight updates in three phases, pause / resume, health, stats) and its
+//!   client.
 //! - [`detokenize`]: the incremental detokenizer streaming a sequence's text.
 //! - [`stop`]: stop strings over streamed text, and the tail to hold back.
 
@@ -18,13 +21,14 @@
 
 pub mod detokenize;
 pub mod engine;
-pub mod handle;
 mod error;
+pub mod handle;
 pub mod output;
 mod programs;
 pub mod request;
 pub mod sampling;
 pub mod stop;
 mod text;
+pub mod worker;
 
 pub use error::{Error, Result};

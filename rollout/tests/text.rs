@@ -29,7 +29,7 @@ fn run(engine: &mut Engine, requests: &[Request]) -> Vec<(Completion, String)> {
         for update in engine.step().unwrap() {
             let key = (update.request, update.index);
             let text = streamed.entry(key).or_default();
-            assert!(done.get(&key).is_none(), "nothing streams after a sample ends");
+            assert!(!done.contains_key(&key), "nothing streams after a sample ends");
             text.push_str(&update.text);
             if let Some(completion) = update.finished {
                 done.insert(key, completion);

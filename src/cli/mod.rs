@@ -8,6 +8,7 @@ mod init_model;
 mod logprobs;
 mod platform;
 mod setup;
+mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +30,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Generate completions of a prompt.
     Generate(generate::GenerateArgs),
+    /// Serve the rollout engine over gRPC to a learner (loopback unless --host says otherwise).
+    Worker(worker::WorkerArgs),
     /// Write a random model (config, weights, tokenizer) for tests and experiments.
     InitModel(init_model::InitModelArgs),
     /// Log-probabilities of completion tokens under a model (JSONL in, JSONL out).
@@ -46,6 +49,7 @@ impl Cli {
             Command::Devices(args) => devices::run(&args),
             Command::Convert(args) => convert::run(&args),
             Command::Generate(args) => generate::run(&args),
+            Command::Worker(args) => worker::run(&args),
             Command::InitModel(args) => init_model::run(&args),
             Command::Logprobs(args) => logprobs::run(&args),
             Command::Bench(command) => command.run(),

@@ -1,0 +1,217 @@
+//! A caller of a rollout worker (the learner's side): generation as a
+//! stream of finished samples, weight pushes in the three phases, pause,
+//! resume, health and stats. Every call carries the shared token.
+
+use grpo_model::weights::HostTensor;
+use grpo_proto::rollout as proto;
+use grpo_proto::rollout::rollout_worker_client::RolloutWorkerClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::engine::InFlight;
+use crate::handle::{PauseMode, ServiceStats};
+use crate::output::Completion;
+use crate::request::Request;
+use crate::worker::auth::{AttachToken, Token};
+use crate::worker::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
+use crate::worker::error::WorkerError;
+use crate::worker::weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};
+
+/// Chunks encoded ahead of the network while pushing weights.
+const CHUNKS_AHEAD: usize = 4;
+
+/// How [`WorkerClient::push_weights`] sends tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushOptions {
+    /// How values travel. Default f32 (exact); bf16 halves the bytes.
+    pub dtype: WireDtype,
+    /// Bytes of values per chunk, at most [`MAX_CHUNK_BYTES`]. Default 1 MiB.
+    pub chunk_bytes: usize,
+    /// What the worker's running samples do on the new weights. Default keep.
+    pub in_flight: InFlight,
+}
+
+impl Default for PushOptions {
+    fn default() -> Self {
+        PushOptions {
+            dtype: WireDtype::F32,
+            chunk_bytes: 1 << 20,
+            in_flight: InFlight::Keep,
+        }
+    }
+}
+
+/// A worker's answer to Health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Health {
+    /// Whether generation is paused.
+    pub paused: bool,
+    /// The policy version serving.
+    pub version: u64,
+}
+
+/// The finished samples of one Generate call, in the order they finish.
+/// Dropping it cancels the call, which aborts the request on the worker.
+pub struct RemoteSamples {
+    stream: tonic::Streaming<proto::Sample>,
+}
+
+impl RemoteSamples {
+    /// The next finished sample; `None` once all have arrived.
+    pub async fn next(&mut self) -> Result<Option<Completion>, WorkerError> {
+        match self.stream.message().await? {
+            Some(sample) => Ok(Some(sample_from_proto(sample)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every sample, by index.
+    pub async fn all(mut self) -> Result<Vec<Completion>, WorkerError> {
+        let mut samples = Vec::new();
+        while let Some(sample) = self.next().await? {
+            samples.push(sample);
+        }
+        samples.sort_by_key(|s| s.index);
+        Ok(samples)
+    }
+}
+
+/// A connection to one worker; cheap to clone (clones share it).
+#[derive(Debug, Clone)]
+pub struct WorkerClient {
+    inner: RolloutWorkerClient<InterceptedService<Channel, AttachToken>>,
+}
+
+impl WorkerClient {
+    /// Connects to the worker at `endpoint` (`host:port`, or a URL such as
+    /// `http://host:port`), sending `token` with every call.
+    pub async fn connect(endpoint: &str, token: &Token) -> Result<WorkerClient, WorkerError> {
+        let failed = |source| WorkerError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        };
+        let uri = if endpoint.contains("://") {
+            endpoint.to_string()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let channel = Endpoint::from_shared(uri)
+            .map_err(failed)?
+            .connect()
+            .await
+            .map_err(failed)?;
+        Ok(WorkerClient {
+            inner: RolloutWorkerClient::with_interceptor(channel, AttachToken::new(token)),
+        })
+    }
+
+    /// Starts generating `request`'s samples.
+    pub async fn generate(&mut self, request: &Request) -> Result<RemoteSamples, WorkerError> {
+        let stream = self.inner.generate(request_to_proto(request)).await?.into_inner();
+        Ok(RemoteSamples { stream })
+    }
+
+    /// Installs `tensors` (Hugging Face names, any subset of the model's
+    /// parameters) as policy `version`: announces them, streams their
+    /// chunks, and finishes. A refusal at any phase leaves the worker on
+    /// its old weights. Encodes each tensor twice (checksum, then chunks)
+    /// rather than holding an encoded copy.
+    pub async fn push_weights(
+        &mut self,
+        version: u64,
+        tensors: &[(String, HostTensor)],
+        options: &PushOptions,
+    ) -> Result<(), WorkerError> {
+        let min = options.dtype.element_bytes();
+        if !(min..=MAX_CHUNK_BYTES).contains(&options.chunk_bytes) {
+            return Err(WorkerError::ChunkSize {
+                chunk_bytes: options.chunk_bytes,
+                min,
+                max: MAX_CHUNK_BYTES,
+            });
+        }
+        self.start_weight_update(start_request(version, tensors, options.dtype, options.in_flight))
+            .await?;
+        self.send_weight_chunks(weight_chunks(version, tensors, options.dtype, options.chunk_bytes))
+            .await?;
+        self.finish_weight_update(version).await
+    }
+
+    /// Phase 1 of a weight update (see [`crate::worker::start_request`]).
+    pub async fn start_weight_update(&mut self, start: proto::StartWeightUpdateRequest) -> Result<(), WorkerError> {
+        self.inner.start_weight_update(start).await?;
+        Ok(())
+    }
+
+    /// Phase 2: streams `chunks` (see [`crate::worker::weight_chunks`]),
+    /// encoding a few ahead; stops early when the worker refuses one.
+    pub async fn send_weight_chunks(
+        &mut self,
+        chunks: impl Iterator<Item = proto::WeightChunk>,
+    ) -> Result<proto::SendWeightChunksResponse, WorkerError> {
+        let (sender, receiver) = mpsc::channel(CHUNKS_AHEAD);
+        let call = self.inner.send_weight_chunks(ReceiverStream::new(receiver));
+        let produce = async move {
+            for chunk in chunks {
+                if sender.send(chunk).await.is_err() {
+                    break;
+                }
+            }
+        };
+        tokio::pin!(call);
+        let response = tokio::select! {
+            response = &mut call => response,
+            () = produce => call.await,
+        };
+        Ok(response?.into_inner())
+    }
+
+    /// Phase 3: installs the staged update `version`.
+    pub async fn finish_weight_update(&mut self, version: u64) -> Result<(), WorkerError> {
+        self.inner
+            .finish_weight_update(proto::FinishWeightUpdateRequest { version })
+            .await?;
+        Ok(())
+    }
+
+    /// Pauses generation; returns once paused (for [`PauseMode::Wait`], once
+    /// the requests the worker held have finished).
+    pub async fn pause(&mut self, mode: PauseMode) -> Result<(), WorkerError> {
+        let mode = pause_mode_to_proto(mode).into();
+        self.inner.pause(proto::PauseRequest { mode }).await?;
+        Ok(())
+    }
+
+    /// Resumes generation.
+    pub async fn resume(&mut self) -> Result<(), WorkerError> {
+        self.inner.resume(proto::ResumeRequest {}).await?;
+        Ok(())
+    }
+
+    /// Whether the worker is paused, and its policy version.
+    pub async fn health(&mut self) -> Result<Health, WorkerError> {
+        let health = self.inner.health(proto::HealthRequest {}).await?.into_inner();
+        let paused = match proto::ServingStatus::try_from(health.status) {
+            Ok(proto::ServingStatus::Serving) => false,
+            Ok(proto::ServingStatus::Paused) => true,
+            _ => {
+                return Err(WorkerError::Protocol {
+                    what: "health",
+                    message: format!("serving status {}", health.status),
+                });
+            }
+        };
+        Ok(Health {
+            paused,
+            version: health.version,
+        })
+    }
+
+    /// The worker's load.
+    pub async fn stats(&mut self) -> Result<ServiceStats, WorkerError> {
+        let stats = self.inner.stats(proto::StatsRequest {}).await?.into_inner();
+        Ok(stats_from_proto(stats))
+    }
+}

@@ -1,0 +1,271 @@
+//! Between the engine's types and the protocol's messages, both ways (the
+//! worker reads requests and writes samples; its client the reverse).
+//! Unset sampling fields take [`SamplingParams::default`]'s values.
+
+use grpo_proto::rollout as proto;
+
+use crate::engine::EngineStats;
+use crate::handle::{PauseMode, ServiceStats};
+use crate::output::{Completion, FinishReason, RequestId, StopReason};
+use crate::request::{Request, SamplingParams};
+use crate::worker::error::WorkerError;
+
+/// A count from the wire; one too large for `usize` saturates (and the engine refuses it).
+fn count(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+/// The message asking for `request`.
+pub(crate) fn request_to_proto(request: &Request) -> proto::GenerateRequest {
+    let p = &request.params;
+    proto::GenerateRequest {
+        prompt: request.prompt.clone(),
+        params: Some(proto::SamplingParams {
+            n: Some(p.n as u64),
+            max_tokens: Some(p.max_tokens as u64),
+            min_tokens: p.min_tokens as u64,
+            temperature: Some(p.temperature),
+            top_k: p.top_k,
+            top_p: Some(p.top_p),
+            min_p: p.min_p,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            repetition_penalty: Some(p.repetition_penalty),
+            seed: p.seed,
+            stop_token_ids: p.stop_token_ids.clone(),
+            stop: p.stop.clone(),
+            include_stop_str_in_output: p.include_stop_str_in_output,
+            ignore_eos: p.ignore_eos,
+            logprobs: p.logprobs.map(|k| k as u64),
+            skip_special_tokens: Some(p.skip_special_tokens),
+        }),
+    }
+}
+
+/// The request a message asks for.
+pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Request {
+    let p = message.params.unwrap_or_default();
+    let d = SamplingParams::default();
+    Request {
+        prompt: message.prompt,
+        params: SamplingParams {
+            n: p.n.map_or(d.n, count),
+            max_tokens: p.max_tokens.map_or(d.max_tokens, count),
+            min_tokens: count(p.min_tokens),
+            temperature: p.temperature.unwrap_or(d.temperature),
+            top_k: p.top_k,
+            top_p: p.top_p.unwrap_or(d.top_p),
+            min_p: p.min_p,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            repetition_penalty: p.repetition_penalty.unwrap_or(d.repetition_penalty),
+            seed: p.seed,
+            stop_token_ids: p.stop_token_ids,
+            stop: p.stop,
+            include_stop_str_in_output: p.include_stop_str_in_output,
+            ignore_eos: p.ignore_eos,
+            logprobs: p.logprobs.map(count),
+            skip_special_tokens: p.skip_special_tokens.unwrap_or(d.skip_special_tokens),
+        },
+    }
+}
+
+/// The message carrying a finished sample of request `id` (top log-probs
+/// only when the request asked for them).
+pub(crate) fn sample_to_proto(id: RequestId, completion: Completion) -> proto::Sample {
+    let finish_reason = match completion.finish_reason {
+        FinishReason::Stop => proto::FinishReason::Stop,
+        FinishReason::Length => proto::FinishReason::Length,
+        FinishReason::Abort => proto::FinishReason::Abort,
+    };
+    proto::Sample {
+        request_id: id,
+        index: completion.index as u64,
+        token_ids: completion.tokens,
+        logprobs: completion.logprobs,
+        versions: completion.versions,
+        top_logprobs: if completion.top_logprobs.iter().all(Vec::is_empty) {
+            Vec::new()
+        } else {
+            completion
+                .top_logprobs
+                .into_iter()
+                .map(|top| {
+                    let (token_ids, logprobs) = top.into_iter().unzip();
+                    proto::TopLogprobs { token_ids, logprobs }
+                })
+                .collect()
+        },
+        text: completion.text,
+        finish_reason: finish_reason.into(),
+        stop_reason: completion.stop_reason.map(|reason| match reason {
+            StopReason::Token(id) => proto::sample::StopReason::StopToken(id),
+            StopReason::String(s) => proto::sample::StopReason::StopString(s),
+        }),
+    }
+}
+
+/// The finished sample a message carries.
+pub(crate) fn sample_from_proto(sample: proto::Sample) -> Result<Completion, WorkerError> {
+    let malformed = |message: String| WorkerError::Protocol {
+        what: "sample",
+        message,
+    };
+    let finish_reason = match proto::FinishReason::try_from(sample.finish_reason) {
+        Ok(proto::FinishReason::Stop) => FinishReason::Stop,
+        Ok(proto::FinishReason::Length) => FinishReason::Length,
+        Ok(proto::FinishReason::Abort) => FinishReason::Abort,
+        _ => return Err(malformed(format!("finish reason {}", sample.finish_reason))),
+    };
+    let tokens = sample.token_ids.len();
+    let top_ok = sample.top_logprobs.is_empty() || sample.top_logprobs.len() == tokens;
+    if sample.logprobs.len() != tokens || sample.versions.len() != tokens || !top_ok {
+        return Err(malformed(format!(
+            "{tokens} tokens with {} log-probs, {} versions and {} top log-prob lists",
+            sample.logprobs.len(),
+            sample.versions.len(),
+            sample.top_logprobs.len()
+        )));
+    }
+    let top_logprobs = if sample.top_logprobs.is_empty() {
+        vec![Vec::new(); tokens]
+    } else {
+        sample
+            .top_logprobs
+            .into_iter()
+            .map(|top| top.token_ids.into_iter().zip(top.logprobs).collect())
+            .collect()
+    };
+    Ok(Completion {
+        index: count(sample.index),
+        tokens: sample.token_ids,
+        logprobs: sample.logprobs,
+        top_logprobs,
+        versions: sample.versions,
+        text: sample.text,
+        finish_reason,
+        stop_reason: sample.stop_reason.map(|reason| match reason {
+            proto::sample::StopReason::StopToken(id) => StopReason::Token(id),
+            proto::sample::StopReason::StopString(s) => StopReason::String(s),
+        }),
+    })
+}
+
+/// The protocol's name for `mode`.
+pub(crate) fn pause_mode_to_proto(mode: PauseMode) -> proto::PauseMode {
+    match mode {
+        PauseMode::Abort => proto::PauseMode::Abort,
+        PauseMode::Wait => proto::PauseMode::Wait,
+        PauseMode::Keep => proto::PauseMode::Keep,
+    }
+}
+
+/// The mode a message names, if it names one.
+pub(crate) fn pause_mode_from_proto(code: i32) -> Option<PauseMode> {
+    match proto::PauseMode::try_from(code).ok()? {
+        proto::PauseMode::Abort => Some(PauseMode::Abort),
+        proto::PauseMode::Wait => Some(PauseMode::Wait),
+        proto::PauseMode::Keep => Some(PauseMode::Keep),
+        proto::PauseMode::Unspecified => None,
+    }
+}
+
+/// The message reporting `stats`.
+pub(crate) fn stats_to_proto(stats: &ServiceStats) -> proto::StatsResponse {
+    let e = &stats.engine;
+    proto::StatsResponse {
+        waiting: e.waiting as u64,
+        running: e.running as u64,
+        free_slots: e.free_slots as u64,
+        version: e.version,
+        compiled_programs: e.compiled_programs as u64,
+        held_back: stats.held_back as u64,
+        paused: stats.paused,
+    }
+}
+
+/// The stats a message reports.
+pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
+    ServiceStats {
+        engine: EngineStats {
+            waiting: count(stats.waiting),
+            running: count(stats.running),
+            free_slots: count(stats.free_slots),
+            version: stats.version,
+            compiled_programs: count(stats.compiled_programs),
+        },
+        held_back: count(stats.held_back),
+        paused: stats.paused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_samples_survive_the_round_trip() {
+        let request = Request {
+            prompt: vec![4, 8, 15],
+            params: SamplingParams {
+                n: 3,
+                temperature: 0.0,
+                top_k: 7,
+                seed: 16,
+                stop_token_ids: vec![23],
+                stop: vec!["42".to_string()],
+                logprobs: Some(2),
+                skip_special_tokens: false,
+                ..SamplingParams::default()
+            },
+        };
+        assert_eq!(request_from_proto(request_to_proto(&request)), request);
+        let completion = Completion {
+            index: 2,
+            tokens: vec![1, 2],
+            logprobs: vec![-0.5, -1.5],
+            top_logprobs: vec![vec![(1, -0.5), (9, -0.7)], vec![(3, -1.0), (2, -1.5)]],
+            versions: vec![0, 1],
+            text: Some("ab".to_string()),
+            finish_reason: FinishReason::Stop,
+            stop_reason: Some(StopReason::Token(2)),
+        };
+        let message = sample_to_proto(11, completion.clone());
+        assert_eq!(message.request_id, 11);
+        assert_eq!(sample_from_proto(message).unwrap(), completion);
+    }
+
+    #[test]
+    fn unset_fields_take_the_engine_defaults() {
+        let empty = proto::GenerateRequest {
+            prompt: vec![1],
+            params: None,
+        };
+        assert_eq!(request_from_proto(empty).params, SamplingParams::default());
+    }
+
+    #[test]
+    fn malformed_samples_are_refused() {
+        let good = sample_to_proto(
+            0,
+            Completion {
+                index: 0,
+                tokens: vec![1],
+                logprobs: vec![-1.0],
+                top_logprobs: vec![Vec::new()],
+                versions: vec![0],
+                text: None,
+                finish_reason: FinishReason::Length,
+                stop_reason: None,
+            },
+        );
+        assert!(sample_from_proto(good.clone()).is_ok());
+        let mut unknown = good.clone();
+        unknown.finish_reason = 0;
+        let mut short = good;
+        short.versions.clear();
+        for bad in [unknown, short] {
+            assert!(matches!(sample_from_proto(bad), Err(WorkerError::Protocol { .. })));
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! What can go wrong serving or calling a rollout worker, beyond the
+//! engine's own errors, and the one mapping from engine errors to gRPC
+//! status codes.
+
+use std::net::SocketAddr;
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+
+/// Why a worker could not serve, or a call to one failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The gRPC server stopped with an error.
+    #[error("the worker's gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
+    /// A worker could not be reached.
+    #[error("cannot connect to the worker at {endpoint}: {source}")]
+    Connect {
+        /// The address as given.
+        endpoint: String,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// The worker refused or failed a call.
+    #[error("the worker answered {code:?}: {message}")]
+    Rpc {
+        /// The gRPC status code (`Unauthenticated` for a wrong token,
+        /// `InvalidArgument` for a refused request or weight update).
+        code: Code,
+        /// The worker's message.
+        message: String,
+    },
+    /// The worker sent something this client cannot read.
+    #[error("the worker sent a malformed {what}: {message}")]
+    Protocol {
+        /// Which message.
+        what: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A shared token that cannot be used.
+    #[error("invalid worker token: {message}")]
+    Token {
+        /// What is wrong.
+        message: String,
+    },
+    /// A chunk size that cannot carry a value or does not fit a gRPC message.
+    #[error("chunk_bytes is {chunk_bytes}; it must be between {min} (one value) and {max}")]
+    ChunkSize {
+        /// The size asked for.
+        chunk_bytes: usize,
+        /// The smallest allowed: one value of the wire dtype.
+        min: usize,
+        /// The largest allowed ([`crate::worker::MAX_CHUNK_BYTES`]).
+        max: usize,
+    },
+}
+
+impl From<Status> for WorkerError {
+    fn from(status: Status) -> WorkerError {
+        WorkerError::Rpc {
+            code: status.code(),
+            message: status.message().to_string(),
+        }
+    }
+}
+
+/// The status a worker answers for an engine error, keeping its message.
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let code = match &error {
+            Error::InvalidRequest { .. } | Error::InvalidUpdate { .. } => Code::InvalidArgument,
+            Error::Busy { .. } => Code::FailedPrecondition,
+            Error::EngineStopped { .. } => Code::Unavailable,
+            Error::Model(_) | Error::Xla(_) => Code::Internal,
+        };
+        Status::new(code, error.to_string())
+    }
+}

@@ -1,0 +1,34 @@
+//! The rollout worker: the engine served over gRPC (package
+//! `grpo.rollout.v1` of grpo-proto), and the client the learner calls it
+//! with.
+//!
+//! - [`WorkerServer`]: binds an address (loopback unless another is given),
+//!   moves the engine onto its thread ([`crate::handle`]) and serves
+//!   Generate (one message per finished sample: token ids, log-probs,
+//!   versions, finish reason), the three-phase weight update, Pause
+//!   (abort / wait / keep), Resume, Health and Stats.
+//! - [`WorkerClient`]: the same calls from the other side;
+//!   [`WorkerClient::push_weights`] runs the three phases.
+//! - [`weights`]: the weight-update wire format — f32 or bf16 slices with
+//!   CRC-32 checksums — and the worker's assembly of it, which refuses any
+//!   missing, overlapping or corrupt chunk and keeps the old weights.
+//! - [`Token`]: the shared token every call carries
+//!   (`authorization: Bearer <token>`), checked in constant time.
+//! - [`WorkerError`]: what fails beyond the engine's errors; engine errors
+//!   become gRPC status codes in one `From` impl (refused requests and
+//!   updates `InvalidArgument`, a stopped engine `Unavailable`).
+
+mod auth;
+mod client;
+mod convert;
+mod error;
+mod server;
+pub mod weights;
+
+pub use auth::Token;
+pub use client::{Health, PushOptions, RemoteSamples, WorkerClient};
+pub use error::WorkerError;
+/// The generated messages and services of `grpo.rollout.v1`.
+pub use grpo_proto::rollout as proto;
+pub use server::{DEFAULT_PORT, WorkerServer};
+pub use weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};

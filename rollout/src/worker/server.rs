@@ -1,0 +1,279 @@
+//! The worker's gRPC server: the `RolloutWorker` service on an
+//! [`EngineHandle`], behind the token check.
+//!
+//! Generate forwards each finished sample of the request's stream and
+//! aborts the request when the caller goes away. A weight update is staged
+//! here between its start and its finish ([`StagedUpdate`]): one at a time,
+//! a new start replacing an unfinished one; the first bad chunk rejects it
+//! (the reason is kept for later chunks and the finish), and only a
+//! complete, intact update reaches the engine, which checks it once more
+//! before swapping it in between two steps.
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use grpo_model::names::ParamSpec;
+use grpo_proto::rollout as proto;
+use grpo_proto::rollout::rollout_worker_server::{RolloutWorker, RolloutWorkerServer};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::engine::Engine;
+use crate::handle::{EngineHandle, SampleStream};
+use crate::worker::auth::{CheckToken, Token};
+use crate::worker::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
+use crate::worker::error::WorkerError;
+use crate::worker::weights::{MAX_CHUNK_BYTES, StagedUpdate};
+
+/// The port a worker listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 50051;
+
+/// Room in a chunk message for everything but its values.
+const MESSAGE_OVERHEAD: usize = 64 << 10;
+
+/// Finished samples buffered per Generate call before the engine's stream
+/// waits for the caller.
+const SAMPLES_BUFFERED: usize = 16;
+
+/// A worker bound to its address, ready to serve.
+pub struct WorkerServer {
+    listener: TcpListener,
+    addr: SocketAddr,
+    service: Service,
+    token: Token,
+}
+
+impl WorkerServer {
+    /// Listens on `addr` (give `127.0.0.1` to stay on this machine; port 0
+    /// picks a free one) and moves `engine` onto its own thread. Calls must
+    /// carry `token`.
+    pub async fn bind(addr: SocketAddr, engine: Engine, token: Token) -> Result<WorkerServer, WorkerError> {
+        let bind_error = |source| WorkerError::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        let service = Service {
+            parameters: engine.decoder().parameters().to_vec(),
+            handle: EngineHandle::spawn(engine),
+            staging: Mutex::new(Staging::Idle),
+        };
+        Ok(WorkerServer {
+            listener,
+            addr,
+            service,
+            token,
+        })
+    }
+
+    /// The address it listens on (with the port picked, if 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves calls until the server fails (or its task is dropped).
+    pub async fn serve(self) -> Result<(), WorkerError> {
+        let service =
+            RolloutWorkerServer::new(self.service).max_decoding_message_size(MAX_CHUNK_BYTES + MESSAGE_OVERHEAD);
+        tonic::transport::Server::builder()
+            .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
+            .serve_with_incoming(TcpListenerStream::new(self.listener))
+            .await
+            .map_err(WorkerError::Serve)
+    }
+}
+
+/// Where the weight update in progress stands.
+enum Staging {
+    /// None started (or the last one finished).
+    Idle,
+    /// Started, taking chunks.
+    Open(StagedUpdate),
+    /// Refused, with the reason, until the next start.
+    Rejected { version: u64, reason: String },
+}
+
+impl Staging {
+    /// Why there is no open update to use.
+    fn not_open(&self) -> Status {
+        match self {
+            Staging::Rejected { version, reason } => {
+                Status::failed_precondition(format!("the weight update to version {version} was rejected: {reason}"))
+            }
+            _ => Status::failed_precondition("no weight update is staged: call StartWeightUpdate first"),
+        }
+    }
+}
+
+/// The service's state: the engine and the staged weight update.
+struct Service {
+    handle: EngineHandle,
+    /// The model's parameters, which announced tensors must be.
+    parameters: Vec<ParamSpec>,
+    staging: Mutex<Staging>,
+}
+
+impl Service {
+    fn staging(&self) -> MutexGuard<'_, Staging> {
+        self.staging.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a chunk to the open update; a bad chunk rejects the update.
+    fn add_chunk(&self, chunk: &proto::WeightChunk) -> Result<usize, Status> {
+        let mut staging = self.staging();
+        let Staging::Open(update) = &mut *staging else {
+            return Err(staging.not_open());
+        };
+        let version = update.version();
+        let added = update.add(chunk);
+        if let Err(error) = &added {
+            *staging = Staging::Rejected {
+                version,
+                reason: error.to_string(),
+            };
+        }
+        Ok(added?)
+    }
+}
+
+/// Sends each finished sample to the caller until all have finished;
+/// stops when the caller goes away (dropping `samples` aborts the request).
+async fn forward(mut samples: SampleStream, sender: mpsc::Sender<Result<proto::Sample, Status>>) {
+    loop {
+        let update = tokio::select! {
+            update = samples.next() => update,
+            () = sender.closed() => return,
+        };
+        let (message, last) = match update {
+            None => return,
+            Some(Ok(update)) => match update.finished {
+                Some(completion) => (Ok(sample_to_proto(samples.id, completion)), false),
+                None => continue,
+            },
+            // The engine stopped: the call ends with its status.
+            Some(Err(error)) => (Err(error.into()), true),
+        };
+        if sender.send(message).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RolloutWorker for Service {
+    type GenerateStream = ReceiverStream<Result<proto::Sample, Status>>;
+
+    async fn generate(
+        &self,
+        request: Request<proto::GenerateRequest>,
+    ) -> Result<Response<Self::GenerateStream>, Status> {
+        let samples = self.handle.generate(request_from_proto(request.into_inner())).await?;
+        let (sender, receiver) = mpsc::channel(SAMPLES_BUFFERED);
+        tokio::spawn(forward(samples, sender));
+        Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    async fn start_weight_update(
+        &self,
+        request: Request<proto::StartWeightUpdateRequest>,
+    ) -> Result<Response<proto::StartWeightUpdateResponse>, Status> {
+        let start = request.into_inner();
+        let staged = StagedUpdate::new(&start, &self.parameters);
+        let mut staging = self.staging();
+        match staged {
+            Ok(update) => {
+                *staging = Staging::Open(update);
+                Ok(Response::new(proto::StartWeightUpdateResponse {}))
+            }
+            Err(error) => {
+                *staging = Staging::Rejected {
+                    version: start.version,
+                    reason: error.to_string(),
+                };
+                Err(error.into())
+            }
+        }
+    }
+
+    async fn send_weight_chunks(
+        &self,
+        request: Request<Streaming<proto::WeightChunk>>,
+    ) -> Result<Response<proto::SendWeightChunksResponse>, Status> {
+        let mut stream = request.into_inner();
+        let mut done = proto::SendWeightChunksResponse { chunks: 0, elements: 0 };
+        while let Some(chunk) = stream.message().await? {
+            done.elements += self.add_chunk(&chunk)? as u64;
+            done.chunks += 1;
+        }
+        Ok(Response::new(done))
+    }
+
+    async fn finish_weight_update(
+        &self,
+        request: Request<proto::FinishWeightUpdateRequest>,
+    ) -> Result<Response<proto::FinishWeightUpdateResponse>, Status> {
+        let version = request.into_inner().version;
+        let taken = std::mem::replace(&mut *self.staging(), Staging::Idle);
+        let update = match taken {
+            Staging::Open(update) => update,
+            other => {
+                let status = other.not_open();
+                *self.staging() = other;
+                return Err(status);
+            }
+        };
+        let staged = update.version();
+        let installed = match update.finish(version) {
+            Ok(done) => {
+                self.handle
+                    .update_weights(done.version, done.tensors, done.in_flight)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = installed {
+            let reason = error.to_string();
+            let mut staging = self.staging();
+            // A start that came in meanwhile stays staged.
+            if matches!(*staging, Staging::Idle) {
+                *staging = Staging::Rejected {
+                    version: staged,
+                    reason,
+                };
+            }
+            return Err(error.into());
+        }
+        Ok(Response::new(proto::FinishWeightUpdateResponse { version }))
+    }
+
+    async fn pause(&self, request: Request<proto::PauseRequest>) -> Result<Response<proto::PauseResponse>, Status> {
+        let code = request.into_inner().mode;
+        let mode = pause_mode_from_proto(code)
+            .ok_or_else(|| Status::invalid_argument(format!("pause mode {code} is not ABORT, WAIT or KEEP")))?;
+        self.handle.pause(mode).await?;
+        Ok(Response::new(proto::PauseResponse {}))
+    }
+
+    async fn resume(&self, _: Request<proto::ResumeRequest>) -> Result<Response<proto::ResumeResponse>, Status> {
+        self.handle.resume().await?;
+        Ok(Response::new(proto::ResumeResponse {}))
+    }
+
+    async fn health(&self, _: Request<proto::HealthRequest>) -> Result<Response<proto::HealthResponse>, Status> {
+        let stats = self.handle.stats().await?;
+        let status = if stats.paused {
+            proto::ServingStatus::Paused
+        } else {
+            proto::ServingStatus::Serving
+        };
+        Ok(Response::new(proto::HealthResponse {
+            status: status.into(),
+            version: stats.engine.version,
+        }))
+    }
+
+    async fn stats(&self, _: Request<proto::StatsRequest>) -> Result<Response<proto::StatsResponse>, Status> {
+        Ok(Response::new(stats_to_proto(&self.handle.stats().await?)))
+    }
+}

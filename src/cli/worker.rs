@@ -1,0 +1,99 @@
+//! `grpo worker --model M`: a rollout worker, the engine served over gRPC
+//! for a learner (Generate, weight updates, Pause / Resume, Health, Stats).
+//!
+//! It listens on 127.0.0.1 unless `--host` names another address
+//! (`--host 0.0.0.0` listens on every interface), and refuses to start
+//! without a shared token: `--token-file PATH`, else the
+//! `GRPO_WORKER_TOKEN` environment variable. Once listening it prints
+//! `listening on HOST:PORT` on stdout and serves until stopped.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::pretrained::Pretrained;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::worker::{DEFAULT_PORT, Token, WorkerServer};
+use grpo_xla::ElementType;
+
+use crate::cli::platform::PlatformArgs;
+
+/// The environment variable the token is read from without `--token-file`.
+const TOKEN_VAR: &str = "GRPO_WORKER_TOKEN";
+
+/// Arguments of `grpo worker`.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    platform: PlatformArgs,
+    /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    model: String,
+    /// Address to listen on; 0.0.0.0 opens the worker to other machines.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    host: IpAddr,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// A file holding the shared token (surrounding whitespace is ignored);
+    /// without it the token comes from GRPO_WORKER_TOKEN.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Sequences decoded together (engine slots).
+    #[arg(long, default_value_t = 8)]
+    max_num_seqs: usize,
+    /// Longest prompt + completion, in tokens (capped at the model's context).
+    #[arg(long, default_value_t = 1024)]
+    max_model_len: usize,
+    /// Parameter and KV-cache dtype: f32 or bf16.
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    dtype: ElementType,
+}
+
+fn parse_dtype(name: &str) -> Result<ElementType, String> {
+    match ElementType::from_mlir_name(name) {
+        Some(dtype @ (ElementType::F32 | ElementType::Bf16)) => Ok(dtype),
+        _ => Err(format!("must be f32 or bf16, not `{name}`")),
+    }
+}
+
+/// The shared token, from `--token-file` or the environment.
+fn token(args: &WorkerArgs) -> anyhow::Result<Token> {
+    let secret = match &args.token_file {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?
+        }
+        None => match std::env::var(TOKEN_VAR) {
+            Ok(secret) => secret,
+            Err(_) => bail!("a worker needs a shared token: pass --token-file PATH or set {TOKEN_VAR}"),
+        },
+    };
+    Ok(Token::new(secret.trim())?)
+}
+
+/// Builds the engine and serves it until the process is stopped.
+pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
+    let token = token(args)?;
+    let model = Pretrained::open(&args.model)?;
+    let client = args.platform.client()?;
+    let decoder = Decoder::new(model.config.clone());
+    let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), args.dtype)?;
+    let config = EngineConfig {
+        max_num_seqs: args.max_num_seqs,
+        max_model_len: args.max_model_len.min(model.config.max_positions),
+        dtype: args.dtype,
+    };
+    let mut engine = Engine::new(&client, decoder, params, config)?;
+    if let Some(tokenizer) = model.tokenizer {
+        engine = engine.with_tokenizer(std::sync::Arc::new(tokenizer));
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token).await?;
+        println!("listening on {}", server.local_addr());
+        server.serve().await?;
+        Ok(())
+    })
+}

@@ -394,78 +394,98 @@ impl Engine {
     }
 
     /// Moves waiting requests, first come first served, into free slots
-    /// while the one at the front has room for all its samples.
+    /// while the one at the front has room for all its samples; prompts of
+    /// one length bucket are prefilled together.
     fn admit(&mut self) -> Result<()> {
+        let mut free = (0..self.slots.len()).filter(|&s| self.slots[s].is_none());
+        let mut admitted: Vec<(RequestId, Vec<usize>)> = Vec::new();
+        let mut left = self.slots.iter().filter(|s| s.is_none()).count();
         while let Some(&id) = self.queue.front() {
             let n = self.held[&id].request.params.n;
-            let free: Vec<usize> = (0..self.slots.len())
-                .filter(|&s| self.slots[s].is_none())
-                .take(n)
-                .collect();
-            if free.len() < n {
+            if n > left {
                 break;
             }
+            left -= n;
             self.queue.pop_front();
-            self.prefill(id, &free)?;
+            admitted.push((id, free.by_ref().take(n).collect()));
+        }
+        let mut by_bucket: Vec<(usize, Vec<(RequestId, Vec<usize>)>)> = Vec::new();
+        for (id, slots) in admitted {
+            let t = self.programs.prefill_bucket(self.held[&id].request.prompt.len());
+            match by_bucket.iter_mut().find(|(bucket, _)| *bucket == t) {
+                Some((_, group)) => group.push((id, slots)),
+                None => by_bucket.push((t, vec![(id, slots)])),
+            }
+        }
+        for (t, group) in by_bucket {
+            self.prefill(t, &group)?;
         }
         Ok(())
     }
 
-    /// Prefills request `id`'s prompt into `slots[0]` and forks it into the others.
-    fn prefill(&mut self, id: RequestId, slots: &[usize]) -> Result<()> {
-        let held = &self.held[&id];
-        let prompt = held.request.prompt.clone();
-        let len = prompt.len();
-        let t = self.programs.prefill_bucket(len);
+    /// Prefills the prompts of `group` (requests with their slots, prompts
+    /// of at most `t` tokens) in one program, each into its first slot, and
+    /// forks each into its other slots.
+    fn prefill(&mut self, t: usize, group: &[(RequestId, Vec<usize>)]) -> Result<()> {
+        let p = self.programs.prefill_rows(group.len());
         let vocab = self.decoder().config().vocab_size;
-        let mut ids = vec![0i32; t];
-        let mut positions = vec![-1i32; t];
-        let mut marks = vec![-1i32; t];
-        for (j, &token) in prompt.iter().enumerate() {
-            marks[j] = token as i32;
-            if j + 1 < len {
-                ids[j] = token as i32;
-                positions[j] = j as i32;
+        let mut ids = vec![0i32; p * t];
+        let mut positions = vec![-1i32; p * t];
+        let mut marks = vec![-1i32; p * t];
+        let mut stop_rows = vec![0f32; p * vocab];
+        let mut first_slots = vec![-1i32; p];
+        for (row, (id, slots)) in group.iter().enumerate() {
+            let held = &self.held[id];
+            let prompt = &held.request.prompt;
+            for (j, &token) in prompt.iter().enumerate() {
+                marks[row * t + j] = token as i32;
+                if j + 1 < prompt.len() {
+                    ids[row * t + j] = token as i32;
+                    positions[row * t + j] = j as i32;
+                }
             }
-        }
-        let mut stop_row = vec![0f32; vocab];
-        for &token in &held.stop_tokens {
-            stop_row[token as usize] = 1.0;
+            for &token in &held.stop_tokens {
+                stop_rows[row * vocab + token as usize] = 1.0;
+            }
+            first_slots[row] = slots[0] as i32;
         }
         let c = &self.client;
+        let (matrix, rows) = ([p as i64, t as i64], [p as i64]);
         let inputs = [
-            upload(c, &ids, &[1, t as i64])?,
-            upload(c, &positions, &[1, t as i64])?,
-            upload(c, &marks, &[t as i64])?,
-            upload(c, &stop_row, &[1, vocab as i64])?,
-            upload(c, &[slots[0] as i32], &[])?,
+            upload(c, &ids, &matrix)?,
+            upload(c, &positions, &matrix)?,
+            upload(c, &marks, &matrix)?,
+            upload(c, &stop_rows, &[p as i64, vocab as i64])?,
+            upload(c, &first_slots, &rows)?,
         ];
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
         args.extend(self.state.iter().map(Arg::Donate));
-        self.state = self
-            .programs
-            .get(ProgramKey::Prefill { tokens: t })?
-            .execute_args(&args)?;
-        for &dst in &slots[1..] {
-            let ends = [upload(c, &[slots[0] as i32], &[])?, upload(c, &[dst as i32], &[])?];
-            let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
-            args.extend(self.state.iter().map(Arg::Donate));
-            self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
-        }
-        for (index, &slot) in slots.iter().enumerate() {
-            let text = match &self.tokenizer {
-                Some(tokenizer) => Some(SampleText::new(tokenizer, &prompt, &self.held[&id].request.params)?),
-                None => None,
-            };
-            self.slots[slot] = Some(Sequence {
-                request: id,
-                index,
-                prompt_len: len,
-                next_input: prompt[len - 1],
-                tokens: Vec::new(),
-                text,
-            });
+        let key = ProgramKey::Prefill { prompts: p, tokens: t };
+        self.state = self.programs.get(key)?.execute_args(&args)?;
+        for (id, slots) in group {
+            for &dst in &slots[1..] {
+                let ends = [upload(c, &[slots[0] as i32], &[])?, upload(c, &[dst as i32], &[])?];
+                let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
+                args.extend(self.state.iter().map(Arg::Donate));
+                self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
+            }
+            let request = &self.held[id].request;
+            let len = request.prompt.len();
+            for (index, &slot) in slots.iter().enumerate() {
+                let text = match &self.tokenizer {
+                    Some(tokenizer) => Some(SampleText::new(tokenizer, &request.prompt, &request.params)?),
+                    None => None,
+                };
+                self.slots[slot] = Some(Sequence {
+                    request: *id,
+                    index,
+                    prompt_len: len,
+                    next_input: request.prompt[len - 1],
+                    tokens: Vec::new(),
+                    text,
+                });
+            }
         }
         Ok(())
     }

@@ -8,10 +8,10 @@
 //!   [`TokenHistory`]).
 //!
 //! Programs:
-//! - **prefill** (bucket `T`, a power of two ≥ the prompt length): the keys
-//!   and values of a prompt's tokens but its last, written into one slot
-//!   from position 0; the slot's history reset (prompt marks, stop marks,
-//!   zero counts). No output head: the last prompt token is fed by the
+//! - **prefill** (buckets: prompts `P` and tokens `T`, powers of two; `T`
+//!   ≥ the prompt lengths): the keys and values of each prompt's tokens
+//!   but its last, written into its slot from position 0; the slot's
+//!   history reset (prompt marks, stop marks, zero counts). No output head: the last prompt token is fed by the
 //!   next decode step, which samples from it.
 //! - **fork** (bucket `T`): copies a slot's first `T` cache positions and
 //!   its history into another slot — the other samples of a group start
@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 
 use grpo_model::decoder::Decoder;
-use grpo_xla::trace::{Graph, Tensor};
+use grpo_xla::trace::{Graph, ScatterDims, Tensor};
 use grpo_xla::{Buffer, Client, ElementType, Executable, TensorType};
 
 use crate::error::Result;
@@ -41,8 +41,8 @@ const MIN_WINDOW: usize = 16;
 /// A compiled program's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ProgramKey {
-    /// Prefill of prompts of up to `tokens` tokens.
-    Prefill { tokens: usize },
+    /// Prefill of up to `prompts` prompts of up to `tokens` tokens each.
+    Prefill { prompts: usize, tokens: usize },
     /// Fork of the first `tokens` cache positions.
     Fork { tokens: usize },
     /// Decode of slots `0..rows` attending within `window` positions, with
@@ -88,6 +88,11 @@ impl Programs {
         &self.decoder
     }
 
+    /// The prefill bucket for `count` prompts prefilled together.
+    pub fn prefill_rows(&self, count: usize) -> usize {
+        bucket(count, 1, self.slots)
+    }
+
     /// The prefill (and fork) bucket of a prompt of `len` tokens.
     pub fn prefill_bucket(&self, len: usize) -> usize {
         bucket(len, MIN_PREFILL, self.capacity)
@@ -120,7 +125,7 @@ impl Programs {
     pub fn get(&mut self, key: ProgramKey) -> Result<&Executable> {
         if !self.compiled.contains_key(&key) {
             let program = match key {
-                ProgramKey::Prefill { tokens } => self.prefill(tokens as i64)?,
+                ProgramKey::Prefill { prompts, tokens } => self.prefill(prompts as i64, tokens as i64)?,
                 ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
                 ProgramKey::Decode {
                     rows,
@@ -143,44 +148,55 @@ impl Programs {
             .collect::<grpo_xla::Result<_>>()?)
     }
 
-    /// `(params, ids [1,T], positions [1,T], prompt [T], stop_row [V], slot, state) → state`.
-    fn prefill(&self, t: i64) -> Result<Executable> {
-        let graph = Graph::new(&format!("engine_prefill_{t}"));
+    /// `(params, ids [P,T], positions [P,T], prompts [P,T], stop_rows [P,V],
+    /// slots [P], state) → state`: prompt `p`'s keys and values written into
+    /// slot `slots[p]` from position 0 and its history reset; a slot of −1
+    /// (a padding prompt) writes nothing.
+    fn prefill(&self, p: i64, t: i64) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_prefill_{p}x{t}"));
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
-        let ids = graph.parameter(ElementType::S32, &[1, t])?;
-        let positions = graph.parameter(ElementType::S32, &[1, t])?;
-        let prompt = graph.parameter(ElementType::S32, &[t])?;
-        let stop_row = graph.parameter(ElementType::F32, &[1, self.vocab()])?;
-        let slot = graph.parameter(ElementType::S32, &[])?;
+        let ids = graph.parameter(ElementType::S32, &[p, t])?;
+        let positions = graph.parameter(ElementType::S32, &[p, t])?;
+        let prompts = graph.parameter(ElementType::S32, &[p, t])?;
+        let stop_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
+        let slots = graph.parameter(ElementType::S32, &[p])?;
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
-        let zero = slot.zeros_like()?;
         let kv = self.decoder.prompt_kv(&params, &ids, &positions)?;
+        // Whole windows (a prompt's block, or a history row) at row `slots[p]`.
+        let at_slot = slots.reshape(&[p, 1])?;
+        let rows = |rank: usize| ScatterDims {
+            update_window_dims: (1..rank).collect(),
+            inserted_window_dims: vec![0],
+            scatter_dims_to_operand_dims: vec![0],
+            index_vector_dim: 1,
+        };
         let mut outputs: Vec<Tensor> = state[..layers]
             .iter()
             .zip(&kv)
-            .map(|(cache, new)| cache.dynamic_update_slice(new, &[&slot, &zero, &zero, &zero]))
+            .map(|(cache, new)| cache.scatter(&at_slot, new, &rows(4)))
             .collect::<grpo_xla::Result<_>>()?;
-        let empty_row = stop_row.zeros_like()?;
+        let empty_rows = stop_rows.zeros_like()?;
         let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
-        outputs.push(counts.dynamic_update_slice(&empty_row, &[&slot, &zero])?);
-        // Prompt marks: the row cleared, then a 1 at each prompt token (−1 padding writes nothing).
-        let cleared = in_prompt.dynamic_update_slice(&empty_row, &[&slot, &zero])?;
+        outputs.push(counts.scatter(&at_slot, &empty_rows, &rows(2))?);
+        // Prompt marks: the rows cleared, then a 1 at (slot, token) for each
+        // prompt token (−1 padding and padding prompts write nothing).
+        let cleared = in_prompt.scatter(&at_slot, &empty_rows, &rows(2))?;
         let at = Tensor::concatenate(
             &[
-                &slot.reshape(&[1, 1])?.broadcast_to(&[t, 1])?,
-                &prompt.reshape(&[t, 1])?,
+                &at_slot.reshape(&[p, 1, 1])?.broadcast_to(&[p, t, 1])?,
+                &prompts.reshape(&[p, t, 1])?,
             ],
-            1,
+            2,
         )?;
-        let dims = grpo_xla::trace::ScatterDims {
+        let entries = ScatterDims {
             update_window_dims: vec![],
             inserted_window_dims: vec![0, 1],
             scatter_dims_to_operand_dims: vec![0, 1],
-            index_vector_dim: 1,
+            index_vector_dim: 2,
         };
-        outputs.push(cleared.scatter(&at, &graph.full(1.0, ElementType::F32, &[t])?, &dims)?);
-        outputs.push(stops.dynamic_update_slice(&stop_row, &[&slot, &zero])?);
+        outputs.push(cleared.scatter(&at, &graph.full(1.0, ElementType::F32, &[p, t])?, &entries)?);
+        outputs.push(stops.scatter(&at_slot, &stop_rows, &rows(2))?);
         let first_state = params.len() + 5;
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?

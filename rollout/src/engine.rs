@@ -99,6 +99,9 @@ impl Sequence {
     }
 }
 
+/// A request leaving the queue, with the slots of its samples.
+type Admitted = (RequestId, Vec<usize>);
+
 /// A request the engine holds (waiting or running).
 struct Held {
     request: Request,
@@ -398,7 +401,7 @@ impl Engine {
     /// one length bucket are prefilled together.
     fn admit(&mut self) -> Result<()> {
         let mut free = (0..self.slots.len()).filter(|&s| self.slots[s].is_none());
-        let mut admitted: Vec<(RequestId, Vec<usize>)> = Vec::new();
+        let mut admitted: Vec<Admitted> = Vec::new();
         let mut left = self.slots.iter().filter(|s| s.is_none()).count();
         while let Some(&id) = self.queue.front() {
             let n = self.held[&id].request.params.n;
@@ -409,7 +412,7 @@ impl Engine {
             self.queue.pop_front();
             admitted.push((id, free.by_ref().take(n).collect()));
         }
-        let mut by_bucket: Vec<(usize, Vec<(RequestId, Vec<usize>)>)> = Vec::new();
+        let mut by_bucket: Vec<(usize, Vec<Admitted>)> = Vec::new();
         for (id, slots) in admitted {
             let t = self.programs.prefill_bucket(self.held[&id].request.prompt.len());
             match by_bucket.iter_mut().find(|(bucket, _)| *bucket == t) {
@@ -426,7 +429,7 @@ impl Engine {
     /// Prefills the prompts of `group` (requests with their slots, prompts
     /// of at most `t` tokens) in one program, each into its first slot, and
     /// forks each into its other slots.
-    fn prefill(&mut self, t: usize, group: &[(RequestId, Vec<usize>)]) -> Result<()> {
+    fn prefill(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
         let p = self.programs.prefill_rows(group.len());
         let vocab = self.decoder().config().vocab_size;
         let mut ids = vec![0i32; p * t];

@@ -503,7 +503,7 @@ impl Engine {
             .iter()
             .flatten()
             .any(|s| self.held[&s.request].request.params.logprobs.is_some());
-        let inputs = RowInputs::new(&self.slots[..rows], &self.held).upload(&self.client)?;
+        let inputs = RowInputs::new(&self.slots, rows, &self.held).upload(&self.client)?;
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
         let layers = self.state.len() - 3;
@@ -538,7 +538,7 @@ impl Engine {
             None
         };
         let k = crate::request::MAX_TOP_LOGPROBS;
-        for row in 0..rows {
+        for row in 0..rows.min(self.slots.len()) {
             let Some(sequence) = self.slots[row].as_mut() else {
                 continue;
             };
@@ -634,7 +634,8 @@ struct RowInputs {
 }
 
 impl RowInputs {
-    fn new(slots: &[Option<Sequence>], held: &HashMap<RequestId, Held>) -> RowInputs {
+    /// Inputs of the first `rows` rows (past the engine's slots: idle rows).
+    fn new(slots: &[Option<Sequence>], rows: usize, held: &HashMap<RequestId, Held>) -> RowInputs {
         let mut r = RowInputs {
             ids: Vec::new(),
             positions: Vec::new(),
@@ -649,17 +650,13 @@ impl RowInputs {
             seed: Vec::new(),
             step: Vec::new(),
         };
-        for slot in slots {
-            let (sequence, p) = match slot {
-                Some(s) => (Some(s), held[&s.request].request.params.clone()),
-                None => (
-                    None,
-                    crate::request::SamplingParams {
-                        temperature: 0.0,
-                        ..Default::default()
-                    },
-                ),
-            };
+        let idle = crate::request::SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        };
+        for row in 0..rows {
+            let sequence = slots.get(row).and_then(Option::as_ref);
+            let p = sequence.map_or(&idle, |s| &held[&s.request].request.params);
             let generated = sequence.map_or(0, |s| s.tokens.len());
             r.ids.push(sequence.map_or(0, |s| s.next_input as i32));
             r.positions.push(sequence.map_or(-1, |s| s.position() as i32));

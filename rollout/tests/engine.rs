@@ -400,3 +400,40 @@ fn bad_requests_are_refused_naming_the_problem() {
     }
     assert_eq!(engine.generate(&[good]).unwrap().len(), 1, "the engine keeps serving");
 }
+
+#[test]
+fn bf16_engines_of_any_size_agree_and_stay_near_f32() {
+    let client = cpu_client();
+    let bf16 = |slots| {
+        let pretrained = grpo_model::pretrained::Pretrained::open(fixture("llama").to_str().unwrap()).unwrap();
+        let decoder = Decoder::new(pretrained.config.clone());
+        let params = upload_parameters(
+            &client,
+            client.device(0).unwrap(),
+            &decoder,
+            pretrained.weights.as_ref(),
+            ElementType::Bf16,
+        )
+        .unwrap();
+        let config = grpo_rollout::engine::EngineConfig {
+            max_num_seqs: slots,
+            max_model_len: 64,
+            dtype: ElementType::Bf16,
+        };
+        Engine::new(&client, decoder, params, config).unwrap()
+    };
+    let request = requests().remove(3);
+    let one = singles(bf16(1).generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    let four = singles(bf16(4).generate(&requests()).unwrap()).remove(3);
+    assert_eq!(
+        one.tokens, four.tokens,
+        "a one-slot bf16 engine (two-row programs) matches a batch"
+    );
+    let f32 = singles(engine(&client, "llama", 1).generate(&[request]).unwrap()).remove(0);
+    // Where both have drawn the same tokens so far, they score them alike.
+    let same = one.tokens.iter().zip(&f32.tokens).take_while(|(a, b)| a == b).count();
+    assert!(same > 0, "bf16 and f32 agree on the first greedy token");
+    for (a, b) in one.logprobs[..same].iter().zip(&f32.logprobs) {
+        assert!((a - b).abs() < 0.05, "bf16 log-prob {a} vs f32 {b}");
+    }
+}

@@ -78,6 +78,13 @@ pub struct EngineStats {
     pub version: u64,
     /// Programs compiled so far (fixed once every bucket in use is compiled).
     pub compiled_programs: usize,
+    /// Prompt tokens of every sample admitted so far (vLLM's prefix-cache queries).
+    pub prompt_tokens: u64,
+    /// Of those, the tokens a sample took from its group's one prefill
+    /// instead of computing them (vLLM's prefix-cache hits).
+    pub shared_prompt_tokens: u64,
+    /// Tokens generated so far.
+    pub generated_tokens: u64,
 }
 
 /// One running sample, in its slot.
@@ -126,6 +133,15 @@ pub struct Engine {
     /// Updates made outside a step (aborts), returned by the next step.
     pending: Vec<SampleUpdate>,
     tokenizer: Option<Arc<Tokenizer>>,
+    counters: Counters,
+}
+
+/// Running totals for [`EngineStats`].
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    prompt_tokens: u64,
+    shared_prompt_tokens: u64,
+    generated_tokens: u64,
 }
 
 impl Engine {
@@ -160,6 +176,7 @@ impl Engine {
             next_id: 0,
             pending: Vec::new(),
             tokenizer: None,
+            counters: Counters::default(),
         })
     }
 
@@ -194,6 +211,9 @@ impl Engine {
             free_slots: self.slots.len() - running,
             version: self.version,
             compiled_programs: self.programs.compiled(),
+            prompt_tokens: self.counters.prompt_tokens,
+            shared_prompt_tokens: self.counters.shared_prompt_tokens,
+            generated_tokens: self.counters.generated_tokens,
         }
     }
 
@@ -475,6 +495,8 @@ impl Engine {
             }
             let request = &self.held[id].request;
             let len = request.prompt.len();
+            self.counters.prompt_tokens += (len * slots.len()) as u64;
+            self.counters.shared_prompt_tokens += (len * (slots.len() - 1)) as u64;
             for (index, &slot) in slots.iter().enumerate() {
                 let text = match &self.tokenizer {
                     Some(tokenizer) => Some(SampleText::new(tokenizer, &request.prompt, &request.params)?),
@@ -556,6 +578,7 @@ impl Engine {
                 version: self.version,
             };
             sequence.tokens.push(token.clone());
+            self.counters.generated_tokens += 1;
             sequence.next_input = token.id;
             let params = &held.request.params;
             let (mut text, stop_string) = match sequence.text.as_mut() {

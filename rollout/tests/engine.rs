@@ -123,6 +123,13 @@ fn the_samples_of_a_group_match_separate_requests() {
     };
     let samples = engine.generate(std::slice::from_ref(&group)).unwrap().remove(0);
     assert_eq!(samples.len(), 5);
+    let stats = engine.stats();
+    assert_eq!(
+        (stats.prompt_tokens, stats.shared_prompt_tokens),
+        (35, 28),
+        "one prefill for five samples"
+    );
+    assert_eq!(stats.generated_tokens, 45);
     let separate: Vec<Request> = (0..5)
         .map(|i| Request {
             prompt: group.prompt.clone(),

@@ -181,6 +181,9 @@ pub(crate) fn stats_to_proto(stats: &ServiceStats) -> proto::StatsResponse {
         compiled_programs: e.compiled_programs as u64,
         held_back: stats.held_back as u64,
         paused: stats.paused,
+        prompt_tokens: e.prompt_tokens,
+        shared_prompt_tokens: e.shared_prompt_tokens,
+        generated_tokens: e.generated_tokens,
     }
 }
 
@@ -193,6 +196,9 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
             free_slots: count(stats.free_slots),
             version: stats.version,
             compiled_programs: count(stats.compiled_programs),
+            prompt_tokens: stats.prompt_tokens,
+            shared_prompt_tokens: stats.shared_prompt_tokens,
+            generated_tokens: stats.generated_tokens,
         },
         held_back: count(stats.held_back),
         paused: stats.paused,

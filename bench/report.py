@@ -7,11 +7,16 @@ Reads JSON lines from the files named on the command line, or from stdin:
   model step:  {"impl": "grpo"|"torch-eager"|"torch-sdpa", "model": "smollm2-135m",
                 "dtype": "f32"|"bf16", "batch": 8, "seq": 256, "median_ms": .., "best_ms": .., "runs": 3}
   matmul:      {"dtype": "f32", "n": 2048, "median_ms": .., "best_ms": .., "gflops": ..}
+  generate:    {"impl": "grpo"|"transformers", "bench": "generate", "model": "smollm2-135m",
+                "dtype", "batch", "prompt_tokens", "new_tokens", "prefill_tokens_per_s",
+                "decode_tokens_per_s", "weight_bytes", ..; grpo's add "copy_gbps",
+                transformers' "greedy_match" (and "greedy_mismatch_at")}
 
 Train-step lines (`grpo bench train-step`, bench/train_step_torch.py) and
 model-step lines (`grpo bench model-step`, bench/model_step_torch.py; told
 apart by their "batch" and "seq" fields) get one table each; a file may hold
-either or both.
+either or both; generate lines (`grpo bench generate`,
+bench/generate_torch.py; told apart by "bench": "generate") a third.
 
 Any other line (a log line, a blank, broken JSON) is skipped, with a note on
 stderr for lines that start with "{" but do not parse. Several lines for the
@@ -29,6 +34,14 @@ Model-step rows are one per (model, batch x seq, dtype, impl): median ms
 GFLOP/s (model_step_torch.step_flops, or a line's "flops" field), MFU (that
 as a share of the median n=2048 matmul GFLOP/s of the same dtype) and grpo's
 speed-up over the row (row ms / grpo ms of the same model, shape and dtype).
+
+Generate rows are one per (model, dtype, prompt + new tokens, batch): the
+prefill and decode tokens/s of grpo and transformers (medians over the rounds'
+lines), grpo / transformers of each (above 1 means grpo is faster), at batch 1
+each decode rate as a share of the bandwidth limit (the median "copy_gbps" of
+grpo's lines over the dtype's "weight_bytes": one read of every weight per
+token), and whether transformers' greedy tokens equalled grpo's in every round;
+below it the range of the lines' 1-minute load averages ("load_1m").
 Needs no torch.
 """
 
@@ -357,10 +370,151 @@ def format_model_table(rows, ceilings=None):
     return "\n".join(lines)
 
 
+# --- generate -----------------------------------------------------------------
+
+GENERATE_IMPLS = ("grpo", "transformers")
+
+
+def is_generate(record):
+    """A `grpo bench generate` / generate_torch.py line."""
+    return (
+        record.get("bench") == "generate"
+        and isinstance(record.get("impl"), str)
+        and isinstance(record.get("model"), str)
+        and isinstance(record.get("dtype"), str)
+        and all(_count(record.get(k)) is not None for k in ("batch", "prompt_tokens", "new_tokens"))
+        and _number(record.get("prefill_tokens_per_s")) is not None
+        and _number(record.get("decode_tokens_per_s")) is not None
+    )
+
+
+def _median_of(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def copy_bandwidth(records):
+    """Median "copy_gbps" of the generate lines (GB/s, bytes read + written by a copy), or None."""
+    return _median_of(_number(r.get("copy_gbps")) for r in records if is_generate(r))
+
+
+def weight_bytes(records, model, dtype):
+    """The "weight_bytes" of a generate line of `model` in `dtype` (grpo's first), or None."""
+    lines = sorted(
+        (r for r in records if is_generate(r) and (r["model"], r["dtype"]) == (model, dtype)),
+        key=lambda r: r["impl"] != "grpo",
+    )
+    for r in lines:
+        if _count(r.get("weight_bytes")) is not None:
+            return r["weight_bytes"]
+    return None
+
+
+def _greedy(lines):
+    """"yes" if every line's greedy_match is true, "no (from token k)" if one is false, None if none says."""
+    marks = [r for r in lines if isinstance(r.get("greedy_match"), bool)]
+    if not marks:
+        return None
+    wrong = [r for r in marks if not r["greedy_match"]]
+    if not wrong:
+        return "yes"
+    at = [r["greedy_mismatch_at"] for r in wrong if isinstance(r.get("greedy_mismatch_at"), int)]
+    return f"no (from token {min(at)})" if at else "no"
+
+
+def build_generate_rows(records):
+    """One dict per (model, dtype, prompt_tokens, new_tokens, batch), each impl's medians in it."""
+    groups = {}
+    for r in records:
+        if is_generate(r):
+            key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], r["batch"])
+            groups.setdefault(key, {}).setdefault(r["impl"], []).append(r)
+    bandwidth = copy_bandwidth(records)
+    rows = []
+    for key in sorted(groups, key=lambda k: (k[0], _order(k[1], MODEL_DTYPES), k[2], k[3], k[4])):
+        model, dtype, prompt, new, batch = key
+        weights = weight_bytes(records, model, dtype)
+        limit = bandwidth * 1e9 / weights if bandwidth is not None and weights else None
+        row = {
+            "model": model, "dtype": dtype, "prompt_tokens": prompt, "new_tokens": new, "batch": batch,
+            "weight_bytes": weights, "bandwidth_tokens_per_s": limit,
+        }
+        for impl in GENERATE_IMPLS:
+            lines = groups[key].get(impl, [])
+            row[f"{impl}_rounds"] = len(lines)
+            for rate in ("prefill", "decode"):
+                row[f"{impl}_{rate}"] = _median_of(_number(r[f"{rate}_tokens_per_s"]) for r in lines)
+            row[f"{impl}_of_limit"] = _ratio(row[f"{impl}_decode"], limit) if batch == 1 else None
+        row["prefill_ratio"] = _ratio(row["grpo_prefill"], row["transformers_prefill"])
+        row["decode_ratio"] = _ratio(row["grpo_decode"], row["transformers_decode"])
+        row["greedy"] = _greedy(groups[key].get("transformers", []))
+        rows.append(row)
+    return rows
+
+
+def load_range(records):
+    """(lowest, highest) "load_1m" of the generate lines, or None if none has one."""
+    loads = [r["load_1m"] for r in records if is_generate(r) and _number(r.get("load_1m")) is not None]
+    return (min(loads), max(loads)) if loads else None
+
+
+def format_generate_table(rows, bandwidth=None, loads=None):
+    """A Markdown table of `rows` (from build_generate_rows), the bandwidth and limits named above it,
+    the range of 1-minute load averages (`loads`, from load_range) below it."""
+    limits = []
+    for r in rows:
+        if r["batch"] == 1 and r["weight_bytes"] and r["bandwidth_tokens_per_s"] is not None:
+            limits.append(
+                f"{r['dtype']} {r['weight_bytes'] / 1e6:.1f} MB of weights → {r['bandwidth_tokens_per_s']:.1f} tokens/s"
+            )
+    lines = [
+        "generate (greedy, EOS ignored; tokens/s): copy bandwidth "
+        + (f"{bandwidth:.1f} GB/s (grpo, copy_from_slice, bytes read + written)" if bandwidth is not None else "not measured")
+        + ("; batch-1 decode limits: " + ", ".join(dict.fromkeys(limits)) if limits else ""),
+        "",
+    ]
+    header = [
+        "model", "dtype", "prompt+new", "batch", "grpo prefill", "transformers prefill", "prefill grpo/tf",
+        "grpo decode", "transformers decode", "decode grpo/tf", "grpo / bw limit", "tf / bw limit", "greedy = grpo",
+    ]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|")
+    for r in rows:
+        cells = [
+            r["model"],
+            r["dtype"],
+            f"{r['prompt_tokens']}+{r['new_tokens']}",
+            str(r["batch"]),
+            _fmt(r["grpo_prefill"], ".1f"),
+            _fmt(r["transformers_prefill"], ".1f"),
+            _fmt(r["prefill_ratio"], ".2f", "x"),
+            _fmt(r["grpo_decode"], ".1f"),
+            _fmt(r["transformers_decode"], ".1f"),
+            _fmt(r["decode_ratio"], ".2f", "x"),
+            "—" if r["batch"] != 1 else _fmt(r["grpo_of_limit"], ".0f", "%", 100.0),
+            "—" if r["batch"] != 1 else _fmt(r["transformers_of_limit"], ".0f", "%", 100.0),
+            r["greedy"] or "n/a",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    rounds = sorted({(r["grpo_rounds"], r["transformers_rounds"]) for r in rows})
+    lines.append("")
+    lines.append(
+        "tokens/s: median over rounds; prefill = batch·prompt / t(1 token), decode = batch·new / "
+        "(t(1 + new tokens) − t(1 token)); rounds (grpo, transformers): "
+        + ", ".join(f"{g}/{t}" for g, t in rounds)
+        + "; grpo/tf above 1 means grpo is faster"
+        + (f"; 1-minute load average {loads[0]:.2f}–{loads[1]:.2f}" if loads else "")
+    )
+    return "\n".join(lines)
+
+
 def report(lines, warn=None):
-    """The whole report for the JSON `lines`: the model-step table, the train-step table."""
+    """The whole report for the JSON `lines`: the generate, model-step and train-step tables."""
     records = parse_lines(lines, warn)
     parts = []
+    generate_rows = build_generate_rows(records)
+    if generate_rows:
+        parts.append(format_generate_table(generate_rows, copy_bandwidth(records), load_range(records)))
     model_rows = build_model_rows(records)
     if model_rows:
         parts.append(format_model_table(model_rows, matmul_ceilings(records)))
@@ -368,7 +522,7 @@ def report(lines, warn=None):
     if rows:
         parts.append(format_table(rows, matmul_ceiling(records)))
     if not parts:
-        raise ValueError("no train-step or model-step lines found")
+        raise ValueError("no train-step, model-step or generate lines found")
     return "\n\n".join(parts)
 
 

@@ -1,5 +1,5 @@
-"""Self-check of report.py and the FLOP counts of train_step_torch.py and
-model_step_torch.py on made-up lines.
+"""Self-check of report.py, the FLOP counts of train_step_torch.py and
+model_step_torch.py, and generate_torch.py's torch-free helpers on made-up lines.
 
 The numbers below are invented round values to check the arithmetic; they are
 no measurement. Run: python3 -m unittest discover -s bench -p 'test_*.py'
@@ -13,6 +13,7 @@ import unittest
 from contextlib import redirect_stdout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import generate_torch  # noqa: E402
 import model_step_torch  # noqa: E402
 import report  # noqa: E402
 import train_step_torch  # noqa: E402
@@ -255,6 +256,130 @@ class ModelReportTest(unittest.TestCase):
         table = report.report(MODEL_SAMPLE.splitlines() + SAMPLE.splitlines())
         self.assertIn("| smollm2-135m | 8×256 | f32 | grpo |", table)
         self.assertIn("| mlp | 25.77 | 110.0 | 210.0 | 1.91x |", table)
+
+
+GENERATE_SAMPLE = """\
+{"meta": {"bench": "generate", "commit": "abc1234", "cpus": 2}}
+{"impl": "grpo", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 1, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 100.0, "full_ms": 2100.0, "prefill_tokens_per_s": 640.0, "decode_tokens_per_s": 32.0, "runs": 3, "weight_bytes": 500000000, "copy_gbps": 20.0, "bandwidth_tokens_per_s": 40.0, "load_1m": 0.5, "bandwidth_fraction": 0.8}
+{"impl": "transformers", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 1, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 200.0, "full_ms": 4200.0, "prefill_tokens_per_s": 320.0, "decode_tokens_per_s": 16.0, "runs": 3, "weight_bytes": 500000000, "greedy_match": true}
+{"impl": "grpo", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 16, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 1000.0, "full_ms": 3000.0, "prefill_tokens_per_s": 1024.0, "decode_tokens_per_s": 512.0, "runs": 3, "weight_bytes": 500000000, "copy_gbps": 20.0, "bandwidth_tokens_per_s": 40.0}
+{"impl": "transformers", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 16, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 2000.0, "full_ms": 10000.0, "prefill_tokens_per_s": 512.0, "decode_tokens_per_s": 128.0, "runs": 3, "weight_bytes": 500000000, "greedy_match": true}
+{"impl": "grpo", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 1, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 100.0, "full_ms": 2100.0, "prefill_tokens_per_s": 660.0, "decode_tokens_per_s": 28.0, "runs": 3, "weight_bytes": 500000000, "copy_gbps": 30.0, "bandwidth_tokens_per_s": 60.0, "bandwidth_fraction": 0.467}
+{"impl": "transformers", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 1, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 200.0, "full_ms": 4200.0, "prefill_tokens_per_s": 300.0, "decode_tokens_per_s": 14.0, "runs": 3, "weight_bytes": 500000000, "load_1m": 2.25, "greedy_match": false, "greedy_mismatch_at": 40}
+{"impl": "grpo", "bench": "generate", "model": "smollm2-135m", "dtype": "bf16", "batch": 1, "prompt_tokens": 64, "new_tokens": 64, "prefill_ms": 100.0, "full_ms": 1100.0, "prefill_tokens_per_s": 640.0, "decode_tokens_per_s": 50.0, "runs": 3, "weight_bytes": 250000000, "copy_gbps": 30.0, "bandwidth_tokens_per_s": 120.0, "bandwidth_fraction": 0.5}
+{"impl": "grpo", "model": "smollm2-135m", "dtype": "f32", "batch": 8, "seq": 256, "median_ms": 10000.0, "best_ms": 9000.0, "runs": 3}
+"""
+
+
+class GenerateReportTest(unittest.TestCase):
+    def setUp(self):
+        self.records = report.parse_lines(GENERATE_SAMPLE.splitlines())
+
+    def test_kinds_are_apart(self):
+        self.assertEqual(sum(map(report.is_generate, self.records)), 7)
+        self.assertEqual(sum(map(report.is_model_step, self.records)), 1)
+        self.assertFalse(any(map(report.is_train_step, self.records)))
+        self.assertFalse(any(report.is_generate(r) for r in report.parse_lines(MODEL_SAMPLE.splitlines())))
+
+    def test_bandwidth_and_weights(self):
+        self.assertEqual(report.copy_bandwidth(self.records), 25.0)  # median of 20, 20, 30, 30
+        self.assertEqual(report.weight_bytes(self.records, "smollm2-135m", "bf16"), 250_000_000)
+        self.assertIsNone(report.weight_bytes(self.records, "smollm2-135m", "f16"))
+
+    def test_rows(self):
+        rows = report.build_generate_rows(self.records)
+        self.assertEqual([(r["dtype"], r["batch"]) for r in rows], [("f32", 1), ("f32", 16), ("bf16", 1)])
+        one, sixteen, bf16 = rows
+        self.assertEqual((one["grpo_rounds"], one["transformers_rounds"]), (2, 2))
+        self.assertEqual(one["grpo_decode"], 30.0)
+        self.assertEqual(one["transformers_decode"], 15.0)
+        self.assertEqual(one["grpo_prefill"], 650.0)
+        self.assertAlmostEqual(one["decode_ratio"], 2.0)
+        self.assertAlmostEqual(one["prefill_ratio"], 650.0 / 310.0)
+        self.assertAlmostEqual(one["bandwidth_tokens_per_s"], 50.0)  # 25 GB/s over 500 MB
+        self.assertAlmostEqual(one["grpo_of_limit"], 0.6)
+        self.assertAlmostEqual(one["transformers_of_limit"], 0.3)
+        self.assertEqual(one["greedy"], "no (from token 40)")
+        self.assertAlmostEqual(sixteen["decode_ratio"], 4.0)
+        self.assertIsNone(sixteen["grpo_of_limit"])
+        self.assertEqual(sixteen["greedy"], "yes")
+        self.assertIsNone(bf16["transformers_decode"])
+        self.assertIsNone(bf16["decode_ratio"])
+        self.assertIsNone(bf16["greedy"])
+        self.assertAlmostEqual(bf16["grpo_of_limit"], 0.5)
+
+    def test_table(self):
+        table = report.report(GENERATE_SAMPLE.splitlines())
+        self.assertIn(
+            "copy bandwidth 25.0 GB/s (grpo, copy_from_slice, bytes read + written); batch-1 decode limits: "
+            "f32 500.0 MB of weights → 50.0 tokens/s, bf16 250.0 MB of weights → 100.0 tokens/s",
+            table,
+        )
+        self.assertIn(
+            "| smollm2-135m | f32 | 64+64 | 1 | 650.0 | 310.0 | 2.10x | 30.0 | 15.0 | 2.00x | 60% | 30% "
+            "| no (from token 40) |",
+            table,
+        )
+        self.assertIn("| smollm2-135m | f32 | 64+64 | 16 | 1024.0 | 512.0 | 2.00x | 512.0 | 128.0 | 4.00x | — | — | yes |", table)
+        self.assertIn("| smollm2-135m | bf16 | 64+64 | 1 | 640.0 | n/a | n/a | 50.0 | n/a | n/a | 50% | n/a | n/a |", table)
+        self.assertIn("rounds (grpo, transformers): 1/0, 1/1, 2/2", table)
+        self.assertIn("; 1-minute load average 0.50–2.25\n", table)
+        self.assertEqual(report.load_range(self.records), (0.5, 2.25))
+        self.assertIn("| smollm2-135m | 8×256 | f32 | grpo |", table)  # the model-step table too
+
+    def test_without_bandwidth(self):
+        line = GENERATE_SAMPLE.splitlines()[2]  # a transformers line: no copy_gbps
+        (row,) = report.build_generate_rows(report.parse_lines([line]))
+        self.assertIsNone(row["bandwidth_tokens_per_s"])
+        self.assertIsNone(row["transformers_of_limit"])
+        self.assertIn("copy bandwidth not measured\n", report.report([line]))
+        self.assertIsNone(report.load_range(report.parse_lines([line])))
+
+
+class GenerateTorchTest(unittest.TestCase):
+    def test_parse_batches(self):
+        self.assertEqual(generate_torch.parse_batches("1,16,64"), [1, 16, 64])
+        for bad in ("", "0", "1,x", "-1"):
+            with self.assertRaises(Exception):
+                generate_torch.parse_batches(bad)
+
+    def test_first_mismatch(self):
+        self.assertIsNone(generate_torch.first_mismatch([1, 2, 3], [1, 2, 3]))
+        self.assertEqual(generate_torch.first_mismatch([1, 2, 3], [1, 5, 3]), 1)
+        self.assertEqual(generate_torch.first_mismatch([1, 2], [1, 2, 3]), 2)
+
+    def test_result_line(self):
+        line = generate_torch.result_line(
+            "f32", 2, 64, 10, [0.5, 0.1, 0.2], [2.2, 1.2, 9.0], 1000, tokens=[4, 5, 6], reference=[4, 5, 7]
+        )
+        self.assertEqual(
+            line,
+            '{"impl": "transformers", "bench": "generate", "model": "smollm2-135m", "dtype": "f32", "batch": 2, '
+            '"prompt_tokens": 64, "new_tokens": 10, "prefill_ms": 200.0, "full_ms": 2200.0, '
+            '"prefill_tokens_per_s": 640.0, "decode_tokens_per_s": 10.0, "runs": 3, "weight_bytes": 1000, '
+            '"load_1m": null, "greedy_match": false, "greedy_mismatch_at": 2}',
+        )
+        (record,) = report.parse_lines([line])
+        self.assertTrue(report.is_generate(record))
+        plain = generate_torch.result_line("f32", 1, 8, 4, [0.1], [0.5], 1000)
+        self.assertNotIn("greedy", plain)
+        with self.assertRaises(ValueError):
+            generate_torch.result_line("f32", 1, 8, 4, [0.5], [0.5], 1000)
+
+    def test_load_tokens(self):
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            good = os.path.join(folder, "good.json")
+            with open(good, "w", encoding="utf-8") as f:
+                json.dump({"prompt_ids": [1, 2], "greedy": {"1": [3]}}, f)
+            self.assertEqual(generate_torch.load_tokens(good)["greedy"], {"1": [3]})
+            bad = os.path.join(folder, "bad.json")
+            with open(bad, "w", encoding="utf-8") as f:
+                json.dump({"prompt_ids": []}, f)
+            with self.assertRaises(ValueError):
+                generate_torch.load_tokens(bad)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! `grpo bench …`: measurements of the device that later figures (MFU,
 //! bandwidth use) are reported against.
 
+mod generate;
 mod matmul;
 mod model_step;
 mod timing;
@@ -17,6 +18,9 @@ pub enum BenchCommand {
     /// Time of a pretrained model's training forward + backward (one
     /// compiled program), to compare with `bench/model_step_torch.py`.
     ModelStep(model_step::ModelStepArgs),
+    /// Prefill and decode tokens/s of the rollout engine per batch size, to
+    /// compare with `bench/generate_torch.py`.
+    Generate(generate::GenerateArgs),
 }
 
 impl BenchCommand {
@@ -26,6 +30,7 @@ impl BenchCommand {
             BenchCommand::Matmul(args) => matmul::run(&args),
             BenchCommand::TrainStep(args) => train_step::run(&args),
             BenchCommand::ModelStep(args) => model_step::run(&args),
+            BenchCommand::Generate(args) => generate::run(&args),
         }
     }
 }

@@ -1,0 +1,291 @@
+//! `grpo bench generate`: prefill and decode throughput of the rollout
+//! engine on a pretrained model, timed as `bench/generate_torch.py` times
+//! transformers' `generate` on the same prompt ids, dtype and batches.
+//!
+//! Per batch B: B copies of one prompt (a fixed English text tokenized and
+//! cut to exactly `--prompt-tokens` ids), greedy, EOS ignored, through an
+//! engine with B slots and a `max_model_len` of the next power of two above
+//! prompt + 1 + new tokens. Each run calls `generate` twice; `--warmup`
+//! untimed runs (the first compiles the programs), then the medians of
+//! `--runs` timed ones:
+//!
+//! - `t1`: `generate` with `max_tokens` 1 — the prefill of all B prompts and
+//!   the first token; prefill tokens/s = B·prompt / t1;
+//! - `t`: `generate` with `max_tokens` 1 + new; decode tokens/s =
+//!   B·new / (t − t1).
+//!
+//! The batch-1 bandwidth limit is the measured host copy bandwidth over the
+//! bytes of all parameters in the chosen dtype (every weight is read once per
+//! decoded token; the tied embedding is the lm_head matrix). The bandwidth is
+//! the median of several single-threaded `copy_from_slice` of a 512 MiB
+//! buffer, counting the bytes read and written: a copy of N bytes moves 2N.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::pretrained::Pretrained;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::output::Completion;
+use grpo_rollout::request::{Request, SamplingParams};
+use grpo_xla::ElementType;
+
+use super::timing::{TimingArgs, Timings};
+use crate::cli::platform::PlatformArgs;
+
+/// The prompt: repeated until it gives enough tokens, then cut.
+const PROMPT_TEXT: &str = "The old lighthouse keeper climbed the spiral stairs every evening at dusk, \
+    carrying a small brass lantern and a notebook in which he wrote down the weather, the ships he had \
+    seen and the birds that rested on the railing. Over forty years the notebooks filled a whole shelf, \
+    and the people of the village came to read them when they wanted to know how the sea had behaved \
+    in the winters of their childhood.";
+
+/// Size of each buffer of the copy-bandwidth measurement.
+const COPY_BYTES: usize = 512 << 20;
+/// Timed copies (after one untimed); the median is the bandwidth.
+const COPY_RUNS: usize = 7;
+
+/// Arguments of `grpo bench generate`.
+#[derive(Debug, clap::Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    platform: PlatformArgs,
+    /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    model: String,
+    /// Batch sizes: B requests decoded together by an engine with B slots.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    batch: Vec<usize>,
+    /// Decode tokens timed per request (each request generates one more: the prefill's).
+    #[arg(long, default_value_t = 64)]
+    new_tokens: usize,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 64)]
+    prompt_tokens: usize,
+    /// Parameter and KV-cache dtype: f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Write the prompt ids and, per batch, the greedy tokens of its first
+    /// request as JSON here (for `bench/generate_torch.py --tokens`).
+    #[arg(long)]
+    tokens_out: Option<PathBuf>,
+    #[command(flatten)]
+    timing: TimingArgs,
+}
+
+/// Measures every batch size and prints a line each.
+pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
+    let dtype = match args.dtype.as_str() {
+        "f32" => ElementType::F32,
+        "bf16" => ElementType::Bf16,
+        other => bail!("--dtype must be f32 or bf16, not `{other}`"),
+    };
+    if args.batch.is_empty() || args.batch.contains(&0) {
+        bail!("--batch must list batch sizes ≥ 1");
+    }
+    if args.prompt_tokens == 0 || args.new_tokens == 0 {
+        bail!("--prompt-tokens and --new-tokens must be ≥ 1");
+    }
+    let model = Pretrained::open(&args.model)?;
+    let tokenizer = model.tokenizer.as_ref().context("the model has no tokenizer")?;
+    let prompt = prompt_ids(tokenizer, args.prompt_tokens)?;
+    let needed = args.prompt_tokens + 1 + args.new_tokens;
+    if needed > model.config.max_positions {
+        bail!(
+            "prompt + 1 + new tokens = {needed} exceeds the model's {} positions",
+            model.config.max_positions
+        );
+    }
+    let max_model_len = needed.next_power_of_two().min(model.config.max_positions);
+
+    let decoder = Decoder::new(model.config.clone());
+    let weight_bytes: usize = decoder
+        .parameters()
+        .iter()
+        .map(|p| p.dims.iter().product::<usize>() * dtype.byte_size())
+        .sum();
+    let bandwidth = copy_bandwidth(COPY_BYTES, COPY_RUNS)?;
+    let limit = bandwidth / weight_bytes as f64;
+    let runs = args.timing.runs.max(1);
+    if !args.timing.json {
+        println!(
+            "{} {}: {:.1} MB of weights; copy bandwidth {:.1} GB/s (copy_from_slice of {} MiB, read + written) \
+             → batch-1 decode limit {limit:.1} tokens/s; prompt {} tokens, {} new, {} timed runs after {} warm-up",
+            args.model,
+            args.dtype,
+            weight_bytes as f64 / 1e6,
+            bandwidth / 1e9,
+            COPY_BYTES >> 20,
+            args.prompt_tokens,
+            args.new_tokens,
+            runs,
+            args.timing.warmup
+        );
+    }
+
+    let client = args.platform.client()?;
+    let mut greedy = serde_json::Map::new();
+    for &batch in &args.batch {
+        let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), dtype)?;
+        let config = EngineConfig {
+            max_num_seqs: batch,
+            max_model_len,
+            dtype,
+        };
+        let mut engine = Engine::new(&client, decoder.clone(), params, config)?;
+        let requests = |max_tokens: usize| -> Vec<Request> {
+            let request = Request {
+                prompt: prompt.clone(),
+                params: SamplingParams {
+                    max_tokens,
+                    temperature: 0.0,
+                    ignore_eos: true,
+                    ..SamplingParams::default()
+                },
+            };
+            vec![request; batch]
+        };
+        let (first, full) = (requests(1), requests(1 + args.new_tokens));
+        let mut prefill_s = Vec::with_capacity(runs);
+        let mut full_s = Vec::with_capacity(runs);
+        let mut tokens = Vec::new();
+        for run in 0..args.timing.warmup + runs {
+            let start = Instant::now();
+            first_tokens(engine.generate(&first)?, 1)?;
+            let middle = Instant::now();
+            tokens = first_tokens(engine.generate(&full)?, 1 + args.new_tokens)?;
+            if run >= args.timing.warmup {
+                prefill_s.push((middle - start).as_secs_f64());
+                full_s.push(middle.elapsed().as_secs_f64());
+            }
+        }
+        greedy.insert(batch.to_string(), tokens.into());
+
+        let (t1, t) = (median(&mut prefill_s), median(&mut full_s));
+        if t <= t1 {
+            bail!(
+                "batch {batch}: the full run ({t:.3} s) was not slower than the prefill ({t1:.3} s); raise --new-tokens"
+            );
+        }
+        let prefill_rate = (batch * args.prompt_tokens) as f64 / t1;
+        let decode_rate = (batch * args.new_tokens) as f64 / (t - t1);
+        if args.timing.json {
+            let fraction = if batch == 1 {
+                format!(", \"bandwidth_fraction\": {:.4}", decode_rate / limit)
+            } else {
+                String::new()
+            };
+            println!(
+                "{{\"impl\": \"grpo\", \"bench\": \"generate\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {batch}, \
+                 \"prompt_tokens\": {}, \"new_tokens\": {}, \"prefill_ms\": {:.3}, \"full_ms\": {:.3}, \
+                 \"prefill_tokens_per_s\": {prefill_rate:.3}, \"decode_tokens_per_s\": {decode_rate:.3}, \"runs\": {}, \
+                 \"weight_bytes\": {weight_bytes}, \"copy_gbps\": {:.3}, \"bandwidth_tokens_per_s\": {limit:.3}, \
+                 \"load_1m\": {}{fraction}}}",
+                model_label(&args.model),
+                args.dtype,
+                args.prompt_tokens,
+                args.new_tokens,
+                t1 * 1e3,
+                t * 1e3,
+                runs,
+                bandwidth / 1e9,
+                load_average().map_or("null".to_string(), |load| format!("{load:.2}")),
+            );
+        } else {
+            let fraction = if batch == 1 {
+                format!(" = {:.0}% of the bandwidth limit", 100.0 * decode_rate / limit)
+            } else {
+                String::new()
+            };
+            println!(
+                "batch {batch:>3}: prefill {:.1} ms = {prefill_rate:.1} tokens/s; 1 + {} tokens {:.1} ms; \
+                 decode {decode_rate:.1} tokens/s{fraction}",
+                t1 * 1e3,
+                args.new_tokens,
+                t * 1e3
+            );
+        }
+    }
+    if let Some(path) = &args.tokens_out {
+        let file = serde_json::json!({
+            "model": model_label(&args.model),
+            "dtype": args.dtype,
+            "prompt_ids": prompt,
+            "new_tokens": args.new_tokens,
+            "greedy": greedy,
+        });
+        std::fs::write(path, format!("{file}\n")).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Exactly `count` ids of [`PROMPT_TEXT`], repeated as often as needed.
+fn prompt_ids(tokenizer: &Tokenizer, count: usize) -> anyhow::Result<Vec<u32>> {
+    let mut text = PROMPT_TEXT.to_string();
+    loop {
+        let ids = tokenizer.encode(&text, true)?;
+        if ids.len() >= count {
+            return Ok(ids[..count].to_vec());
+        }
+        text.push(' ');
+        text.push_str(PROMPT_TEXT);
+    }
+}
+
+/// The first request's first completion's tokens, after checking that every
+/// completion (per request, its samples) has `expected` tokens.
+fn first_tokens(completions: Vec<Vec<Completion>>, expected: usize) -> anyhow::Result<Vec<u32>> {
+    if let Some(short) = completions.iter().flatten().find(|c| c.tokens.len() != expected) {
+        bail!("a completion has {} tokens, not {expected}", short.tokens.len());
+    }
+    let first = completions.into_iter().flatten().next().context("no completion")?;
+    Ok(first.tokens)
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Median bytes/s of `copy_from_slice` between two `bytes`-sized buffers,
+/// counting the bytes read and written (2 · `bytes` per copy).
+fn copy_bandwidth(bytes: usize, runs: usize) -> anyhow::Result<f64> {
+    // Both filled, so every page is mapped before the timing.
+    let source = vec![0x5au8; bytes];
+    let mut target = vec![0xa5u8; bytes];
+    let timings = Timings::measure(1, runs, || {
+        target.copy_from_slice(&source);
+        std::hint::black_box(&mut target);
+        Ok(())
+    })?;
+    Ok(2.0 * bytes as f64 / timings.median().as_secs_f64())
+}
+
+/// The 1-minute load average (Linux `/proc/loadavg`), when readable: other
+/// work on the machine during a run shows in it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The label the report groups by (`smollm2-135m` for the bundled model, as `grpo bench model-step` writes it).
+fn model_label(spec: &str) -> &str {
+    if spec == grpo_model::bundled::SMOLLM2_NAME {
+        "smollm2-135m"
+    } else {
+        spec
+    }
+}

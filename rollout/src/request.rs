@@ -30,7 +30,7 @@ pub struct SamplingParams {
     /// or output; > 0, 1 is off. Default 1.
     pub repetition_penalty: f32,
     /// The seed of sample 0; sample `i` derives its own from it, so a
-    /// request draws the same tokens whatever shares its batch. Default 0.
+    /// request's draws do not depend on what shares its batch. Default 0.
     pub seed: u32,
     /// Tokens that end a sample (the model's EOS is added unless `ignore_eos`).
     pub stop_token_ids: Vec<u32>,

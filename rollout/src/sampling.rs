@@ -21,8 +21,10 @@
 //!   vocabulary order and skip the sort (the same distribution, and the
 //!   same token whichever [`SamplerKind`] the program has).
 //!
-//! The uniform comes from a counter-based hash of (seed, step), so a request
-//! draws the same tokens whatever else shares its batch. Each token is
+//! The uniform comes from a counter-based hash of (seed, step), so a
+//! request's draws do not depend on what else shares its batch (given the
+//! same logits: those can differ in the last bits between batch shapes,
+//! as the CPU's matrix kernels change with the row count). Each token is
 //! returned with `log_softmax(z)[token]` — its log-prob under the
 //! unmodified policy, what the learner's importance ratio needs.
 
@@ -121,7 +123,7 @@ fn penalized(z: &Tensor, inputs: &SamplingInputs<'_>, history: &TokenHistory<'_>
 
 /// Which draws a sampling program can make. A cheaper kind leaves out work
 /// that none of its rows needs, and every kind able to serve a row draws
-/// the same token for it: a row's tokens never depend on its batch.
+/// the same token for it: a row's draw never depends on its batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SamplerKind {
     /// Only greedy rows (temperature 0).

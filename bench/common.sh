@@ -1,9 +1,23 @@
 # Shared steps of the side-by-side runners (sourced, not run):
+#   model_tools MODEL     — the tools venv (sets PY) and grpo's folder of MODEL (sets MODEL_DIR),
+#                           which `cargo run --release -- setup` makes; exits if it is missing
 #   build_grpo            — cargo build --release unless TORCH_ONLY=1; sets GRPO
 #   open_results NAME     — sets OUT (default <cache>/bench-results/NAME-<UTC>.jsonl) and empties it
 #   json_lines WHAT CMD…  — runs CMD, keeps its JSON lines in $OUT (and shows them)
 #   write_meta BENCH      — one {"meta": …} line: commit, CPUs, counts, torch (and transformers) versions
 # Expects ROOT, CACHE, PY, OUT, TORCH_ONLY, THREADS, ROUNDS, RUNS, WARMUP from the runner.
+
+model_tools() {
+    MODEL_DIR=$CACHE/models/$1
+    # tools/venv.sh reads torch's package list from bench/train_step.sh (the
+    # comment there says why it is what it is) and adds the pinned transformers
+    # and safetensors: the same pins as tools/ without a second copy of them.
+    PY=$(tools/venv.sh)
+    if [[ ! -f $MODEL_DIR/config.json ]]; then
+        echo "$(basename "$0"): no model at $MODEL_DIR; create it with \`cargo run --release -- setup\`" >&2
+        exit 1
+    fi
+}
 
 build_grpo() {
     GRPO=${CARGO_TARGET_DIR:-$ROOT/target}/release/grpo

@@ -63,21 +63,9 @@ done
 
 # The same cache folder as grpo's (xla/src/pjrt/locate.rs).
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
-MODEL_DIR=$CACHE/models/$MODEL
-
-# --- 1. torch + transformers --------------------------------------------------
-# tools/venv.sh reads torch's package list from bench/train_step.sh (the
-# comment there says why it is what it is) and adds the pinned transformers
-# and safetensors: the same pins as tools/ without a second copy of them.
-PY=$(tools/venv.sh)
-
-# --- 2. the model, grpo ---------------------------------------------------------
-if [[ ! -f $MODEL_DIR/config.json ]]; then
-    echo "model_step.sh: no model at $MODEL_DIR; create it with \`cargo run --release -- setup\`" >&2
-    exit 1
-fi
 # shellcheck source=bench/common.sh
 source bench/common.sh
+model_tools "$MODEL" # 1. torch + transformers (PY), 2. the model (MODEL_DIR)
 build_grpo
 open_results model-step
 write_meta model-step

@@ -196,16 +196,21 @@ fn general_gather_of_overlapping_windows() {
     check_gradient(&client, &x, gather);
 }
 
-#[test]
-fn scatter_add_accumulates_repeated_indices() {
-    let client = cpu_client(1);
-    let rows = [1, 3, 1, 4];
-    let dims = ScatterDims {
+/// Scatter dimensions writing rows of a `[rows, 3]` operand, one index per row.
+fn row_windows() -> ScatterDims {
+    ScatterDims {
         update_window_dims: vec![1],
         inserted_window_dims: vec![0],
         scatter_dims_to_operand_dims: vec![0],
         index_vector_dim: 1,
-    };
+    }
+}
+
+#[test]
+fn scatter_add_accumulates_repeated_indices() {
+    let client = cpu_client(1);
+    let rows = [1, 3, 1, 4];
+    let dims = row_windows();
     let inputs = [Input::new(&[5, 3]), Input::new(&[4, 3])];
     let scatter = |p: &[Tensor]| p[0].scatter_add(&ids(&p[0], &rows, &[4])?, &p[1], &dims);
     let host = |v: &[Vec<f64>]| {
@@ -226,12 +231,7 @@ fn scatter_overwrites_windows_and_skips_out_of_range_ones() {
     let client = cpu_client(1);
     // Rows 3 and 0 are overwritten; −1 and 5 fall outside and write nothing.
     let rows = [3, -1, 0, 5];
-    let dims = ScatterDims {
-        update_window_dims: vec![1],
-        inserted_window_dims: vec![0],
-        scatter_dims_to_operand_dims: vec![0],
-        index_vector_dim: 1,
-    };
+    let dims = row_windows();
     let inputs = [Input::new(&[5, 3]), Input::new(&[4, 3])];
     let scatter = |p: &[Tensor]| p[0].scatter(&ids(&p[0], &rows, &[4])?, &p[1], &dims);
     let host = |v: &[Vec<f64>]| {
@@ -381,12 +381,7 @@ fn mismatched_shapes_are_refused_while_tracing() {
     let error = table.gather(&ids_2x2, &dims, &[1, 4]).unwrap_err().to_string();
     assert!(error.starts_with("gather") && error.contains("slice_sizes"), "{error}");
 
-    let dims = ScatterDims {
-        update_window_dims: vec![1],
-        inserted_window_dims: vec![0],
-        scatter_dims_to_operand_dims: vec![0],
-        index_vector_dim: 1,
-    };
+    let dims = row_windows();
     let rows = graph.constant(&[0i32, 1, 2, 3], &[4]).unwrap();
     let updates = graph.parameter(ElementType::F32, &[3, 3]).unwrap();
     let error = table.scatter_add(&rows, &updates, &dims).unwrap_err().to_string();

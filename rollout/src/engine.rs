@@ -157,12 +157,7 @@ impl Engine {
             });
         }
         let programs = Programs::new(client, decoder, config.dtype, config.max_num_seqs, config.max_model_len);
-        let device = client.device(0)?;
-        let state = programs
-            .state_types()
-            .iter()
-            .map(|t| client.buffer_from_host_bytes(&vec![0u8; t.byte_size()], t, device))
-            .collect::<grpo_xla::Result<Vec<_>>>()?;
+        let state = programs.zero_state()?;
         Ok(Engine {
             client: client.clone(),
             programs,

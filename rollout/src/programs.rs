@@ -126,6 +126,18 @@ impl Programs {
         types
     }
 
+    /// The device state, zeroed on the device (no host copy of the cache is made).
+    pub fn zero_state(&self) -> Result<Vec<Buffer>> {
+        let graph = Graph::new("engine_zero_state");
+        let zeros: Vec<Tensor> = self
+            .state_types()
+            .iter()
+            .map(|ty| graph.full(0.0, ty.dtype, &ty.dims))
+            .collect::<grpo_xla::Result<_>>()?;
+        let program = graph.build(&zeros.iter().collect::<Vec<_>>())?.compile(&self.client)?;
+        Ok(program.execute(&[])?)
+    }
+
     fn vocab(&self) -> i64 {
         self.decoder.config().vocab_size as i64
     }

@@ -1,0 +1,26 @@
+//! The crate's error type.
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong learning.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting out of its range, naming it.
+    #[error("invalid `{field}`: {message}")]
+    Config {
+        /// The setting (as in the run config).
+        field: &'static str,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// Rewards that do not form the groups they are said to.
+    #[error("rewards: {message}")]
+    Groups {
+        /// What is wrong.
+        message: String,
+    },
+    /// A traced program failed to build or run.
+    #[error(transparent)]
+    Xla(#[from] grpo_xla::Error),
+}

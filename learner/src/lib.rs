@@ -1,0 +1,16 @@
+//! grpo-learner: the learning side of GRPO.
+//!
+//! - [`advantage`]: group-relative advantages from rewards (scaled by the
+//!   group's std, the batch's, or not at all) and dynamic-sampling filters.
+//! - [`loss`]: the GRPO policy loss as traced code — clipped ratios with
+//!   separate low/high epsilons, optional k3 KL to a reference, importance
+//!   correction for rollout/learner mismatch, and the DAPO / GRPO /
+//!   Dr. GRPO normalizations — with its clip and KL statistics.
+
+#![warn(missing_docs)]
+
+pub mod advantage;
+mod error;
+pub mod loss;
+
+pub use error::{Error, Result};

@@ -206,6 +206,13 @@ fn mlp_loss(params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<Tensor> {
     hidden.matmul(&params[2])?.add(&params[3])?.mse(&batch[1])
 }
 
+/// The MLP loss, with the batch's sum of squared errors as a metric.
+fn mlp_loss_and_sse(params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)> {
+    let hidden = batch[0].matmul(&params[0])?.add(&params[1])?.silu()?;
+    let error = hidden.matmul(&params[2])?.add(&params[3])?.sub(&batch[1])?;
+    Ok((error.square()?.mean(&[0, 1])?, vec![error.square()?.sum_all()?]))
+}
+
 fn mlp_setup(client: &Client, batch: i64) -> (Vec<Buffer>, Vec<TensorType>, Vec<Buffer>) {
     let device = client.device(0).unwrap();
     let shapes: [Vec<i64>; 4] = [vec![4, 32], vec![32], vec![32, 1], vec![1]];
@@ -252,7 +259,7 @@ fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
     let batch: Vec<&Buffer> = data.iter().collect();
     let first = step.step(&mut state, &batch, 1e-2).unwrap();
     let live_after_first = client.live_buffers();
-    let mut last = first;
+    let mut last = first.clone();
     for _ in 1..100 {
         last = step.step(&mut state, &batch, 1e-2).unwrap();
         assert!(last.loss.is_finite() && last.grad_norm.is_finite());
@@ -286,7 +293,7 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
     };
-    let full = TrainStep::compile(&client, &full_spec, mlp_loss).unwrap();
+    let full = TrainStep::compile_with_metrics(&client, &full_spec, mlp_loss_and_sse).unwrap();
     let mut full_state = full.init_state(copy(&host)).unwrap();
     let full_metrics = full
         .step(&mut full_state, &data.iter().collect::<Vec<_>>(), 1e-2)
@@ -311,13 +318,22 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
     };
-    let accumulating = AccumulatingTrainStep::compile(&client, &micro_spec, mlp_loss).unwrap();
+    let accumulating = AccumulatingTrainStep::compile_with_metrics(&client, &micro_spec, mlp_loss_and_sse).unwrap();
     let mut micro_state = accumulating.init_state(copy(&host)).unwrap();
     let micro_batches: Vec<Vec<&Buffer>> = halves.iter().map(|h| h.iter().collect()).collect();
     let micro_metrics = accumulating.step(&mut micro_state, &micro_batches, 1e-2).unwrap();
 
     assert!((full_metrics.loss - micro_metrics.loss).abs() < 1e-5 * full_metrics.loss.abs().max(1.0));
     assert!((full_metrics.grad_norm - micro_metrics.grad_norm).abs() < 1e-4);
+    let (sse, sse_sum) = (full_metrics.metrics[0], micro_metrics.metrics[0]);
+    assert!(
+        (sse - sse_sum).abs() < 1e-5 * sse.max(1.0),
+        "metrics add up: {sse} vs {sse_sum}"
+    );
+    assert!(
+        (sse / 8.0 - full_metrics.loss).abs() < 1e-5,
+        "the metric is the batch's squared error"
+    );
     for (a, b) in full_state.params.iter().zip(&micro_state.params) {
         for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");

@@ -6,6 +6,10 @@
 //! Gradient accumulation uses three programs instead: gradients of the first
 //! micro-batch, gradients added for each further micro-batch (accumulator
 //! donated), and the clipped optimizer update of the mean gradient.
+//!
+//! A loss function may also return metrics (scalars computed with the
+//! loss, such as clip fractions); each step reports them, summed over
+//! micro-batches.
 
 use super::function::Function;
 use super::graph::{Graph, Tensor};
@@ -36,12 +40,14 @@ pub struct TrainState {
 }
 
 /// What one step reports.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepMetrics {
     /// The loss before the update (mean over micro-batches).
     pub loss: f32,
     /// The global gradient norm before clipping.
     pub grad_norm: f32,
+    /// The loss function's metrics, in its order (summed over micro-batches).
+    pub metrics: Vec<f32>,
 }
 
 /// A compiled training step.
@@ -50,17 +56,26 @@ pub struct TrainStep {
     executable: Executable,
     state_spec: Vec<(String, TensorType)>,
     params: usize,
+    metrics: usize,
 }
 
-/// A loss function over (params, batch) returning a scalar.
-type LossFn<'a> = &'a dyn Fn(&[Tensor], &[Tensor]) -> Result<Tensor>;
+/// A loss function over (params, batch) returning a scalar loss and scalar metrics.
+type LossFn<'a> = &'a dyn Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>;
 
 /// The traced pieces shared by the step programs.
 struct Traced {
     graph: Graph,
     params: Vec<Tensor>,
     loss: Tensor,
+    metrics: Vec<Tensor>,
     grads: Vec<Tensor>,
+}
+
+/// A plain loss function as one without metrics.
+fn without_metrics(
+    loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
+) -> impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)> {
+    move |params, batch| Ok((loss_fn(params, batch)?, Vec::new()))
 }
 
 /// Traces `loss_fn` over fresh parameters (after `leading` other inputs are
@@ -83,13 +98,23 @@ fn trace_loss(
         .iter()
         .map(|t| graph.parameter(t.dtype, &t.dims))
         .collect::<Result<Vec<_>>>()?;
-    let loss = loss_fn(&params, &batch)?;
+    let (loss, metrics) = loss_fn(&params, &batch)?;
+    if let Some(bad) = metrics.iter().find(|m| m.rank() != 0) {
+        return Err(Error::Trace {
+            op: "train_step",
+            message: format!("metrics must be scalars, got {}", bad.ty),
+        });
+    }
     let wrt: Vec<&Tensor> = params.iter().collect();
     let grads = super::autodiff::grad(&loss, &wrt)?;
     Ok(Traced {
         graph,
         params,
         loss: loss.convert(ElementType::F32)?,
+        metrics: metrics
+            .iter()
+            .map(|m| m.convert(ElementType::F32))
+            .collect::<Result<_>>()?,
         grads,
     })
 }
@@ -124,6 +149,16 @@ impl TrainStep {
         spec: &TrainStepSpec<'_>,
         loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
     ) -> Result<TrainStep> {
+        Self::compile_with_metrics(client, spec, without_metrics(loss_fn))
+    }
+
+    /// As [`TrainStep::compile`], for a loss function that also returns
+    /// scalar metrics ([`StepMetrics::metrics`]).
+    pub fn compile_with_metrics(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
+    ) -> Result<TrainStep> {
         let state_spec = spec.optimizer.state_spec(&spec.params);
         let mut state = Vec::new();
         let traced = trace_loss("train_step", spec, &loss_fn, |graph| {
@@ -134,6 +169,7 @@ impl TrainStep {
         let (mut outputs, norm) = trace_update(spec, &traced.params, &traced.grads, &state, &lr)?;
         outputs.push(traced.loss.clone());
         outputs.push(norm);
+        outputs.extend(traced.metrics.iter().cloned());
         let refs: Vec<&Tensor> = outputs.iter().collect();
         let function = traced
             .graph
@@ -144,6 +180,7 @@ impl TrainStep {
             executable: function.compile(client)?,
             state_spec,
             params: spec.params.len(),
+            metrics: traced.metrics.len(),
         })
     }
 
@@ -165,6 +202,7 @@ impl TrainStep {
         args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
         args.push(Arg::Borrow(&lr));
         let mut outputs = self.executable.execute_args(&args)?;
+        let metrics = read_scalars(&outputs.split_off(outputs.len() - self.metrics))?;
         let norm = outputs.pop().expect("grad norm output");
         let loss = outputs.pop().expect("loss output");
         state.optimizer = outputs.split_off(self.params);
@@ -172,6 +210,7 @@ impl TrainStep {
         Ok(StepMetrics {
             loss: read_scalar(&loss)?,
             grad_norm: read_scalar(&norm)?,
+            metrics,
         })
     }
 }
@@ -185,6 +224,7 @@ pub struct AccumulatingTrainStep {
     apply: Executable,
     state_spec: Vec<(String, TensorType)>,
     params: usize,
+    metrics: usize,
 }
 
 impl AccumulatingTrainStep {
@@ -194,13 +234,25 @@ impl AccumulatingTrainStep {
         spec: &TrainStepSpec<'_>,
         loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
     ) -> Result<AccumulatingTrainStep> {
+        Self::compile_with_metrics(client, spec, without_metrics(loss_fn))
+    }
+
+    /// As [`AccumulatingTrainStep::compile`], for a loss function that also
+    /// returns scalar metrics (summed over the micro-batches).
+    pub fn compile_with_metrics(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
+    ) -> Result<AccumulatingTrainStep> {
         let n = spec.params.len();
         let state_spec = spec.optimizer.state_spec(&spec.params);
 
         // (params, batch) → (grads, loss)
         let first = trace_loss("grad_first", spec, &loss_fn, |_| Ok(()))?;
+        let metrics = first.metrics.len();
         let mut outputs = first.grads.clone();
         outputs.push(first.loss.clone());
+        outputs.extend(first.metrics.iter().cloned());
         let first = build(&first.graph, &outputs)?;
 
         // (params, acc, batch) → (acc + grads, loss), acc donated
@@ -219,6 +271,7 @@ impl AccumulatingTrainStep {
             .map(|(a, g)| a.add(g))
             .collect::<Result<Vec<_>>>()?;
         outputs.push(more.loss.clone());
+        outputs.extend(more.metrics.iter().cloned());
         let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
 
         // (params, state, acc, lr, scale) → (params', state', grad_norm)
@@ -251,6 +304,7 @@ impl AccumulatingTrainStep {
             apply: apply.compile(client)?,
             state_spec,
             params: n,
+            metrics,
         })
     }
 
@@ -268,12 +322,15 @@ impl AccumulatingTrainStep {
         let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
         args.extend(first.iter().map(|&b| Arg::Borrow(b)));
         let mut acc = self.first.execute_args(&args)?;
+        let mut metrics = read_scalars(&acc.split_off(acc.len() - self.metrics))?;
         let mut loss_sum = read_scalar(&acc.pop().expect("loss output"))?;
         for batch in rest {
             let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
             args.extend(acc.iter().map(Arg::Donate));
             args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
             let mut out = self.accumulate.execute_args(&args)?;
+            let more = read_scalars(&out.split_off(out.len() - self.metrics))?;
+            metrics.iter_mut().zip(more).for_each(|(sum, m)| *sum += m);
             loss_sum += read_scalar(&out.pop().expect("loss output"))?;
             acc = out;
         }
@@ -292,6 +349,7 @@ impl AccumulatingTrainStep {
         Ok(StepMetrics {
             loss: loss_sum / count,
             grad_norm: read_scalar(&norm)?,
+            metrics,
         })
     }
 }
@@ -330,4 +388,8 @@ fn scalar_on(client: &Client, executable: &Executable, value: f32) -> Result<Buf
 
 fn read_scalar(buffer: &Buffer) -> Result<f32> {
     Ok(buffer.to_host::<f32>()?[0])
+}
+
+fn read_scalars(buffers: &[Buffer]) -> Result<Vec<f32>> {
+    buffers.iter().map(read_scalar).collect()
 }

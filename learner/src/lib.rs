@@ -6,11 +6,14 @@
 //!   separate low/high epsilons, optional k3 KL to a reference, importance
 //!   correction for rollout/learner mismatch, and the DAPO / GRPO /
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
+//! - [`trainer`]: the GRPO train step over a decoder as one XLA program
+//!   (or micro-batch gradients accumulated, then the update).
 
 #![warn(missing_docs)]
 
 pub mod advantage;
 mod error;
 pub mod loss;
+pub mod trainer;
 
 pub use error::{Error, Result};

@@ -1,0 +1,191 @@
+//! The GRPO graph trainer: per micro-batch, the policy's token log-probs,
+//! the GRPO loss and its gradient are one XLA program; the global-norm
+//! clipping and AdamW update follow in the same program when the batch is
+//! one micro-batch, else in a third after the gradients accumulated
+//! (grpo-xla's [`TrainStep`] / [`AccumulatingTrainStep`]).
+//!
+//! A micro-batch is `rows` sequences of `tokens` tokens (prompt then
+//! completion, right-padded); its inputs, in order:
+//! `ids [B,T] s32`, `attention [B,T] pred` (real tokens), `completion [B,T-1]
+//! f32` (1 where token `t+1` is a completion token of a scored sample),
+//! `behaviour [B,T-1] f32` (the rollout engine's log-probs of those tokens),
+//! `advantages [B] f32`, `normalizer [] f32`; then `old [B,T-1]` unless the
+//! batch is used once (on-policy: the old log-probs are the policy's own,
+//! gradient stopped) and `reference [B,T-1]` when β > 0.
+//!
+//! With several micro-batches the accumulating step averages gradients, so
+//! each micro-batch's normalizer is the batch's divided by their count
+//! ([`micro_normalizer`]); the sum then equals the whole batch's loss.
+//! The step's metrics, summed over micro-batches: low-clipped tokens,
+//! high-clipped tokens, KL sum, entropy sum (divide by completion tokens).
+
+use grpo_model::decoder::Decoder;
+use grpo_xla::trace::{AccumulatingTrainStep, Optimizer, StepMetrics, Tensor, TrainState, TrainStep, TrainStepSpec};
+use grpo_xla::{Buffer, Client, ElementType, TensorType};
+
+use crate::error::Result;
+use crate::loss::{GrpoLoss, LossInputs, grpo_loss};
+
+/// The shape of one micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MicroBatchShape {
+    /// Sequences.
+    pub rows: usize,
+    /// Tokens per sequence (prompt + completion, padded).
+    pub tokens: usize,
+}
+
+/// Whether the step's old log-probs come in as an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldLogprobs {
+    /// The batch is used once: the policy's own log-probs, gradient stopped.
+    OnPolicy,
+    /// Computed before the first of several passes and passed in.
+    Input,
+}
+
+/// The input types of a micro-batch, in order (see the module's list).
+pub fn batch_types(shape: MicroBatchShape, old: OldLogprobs, with_reference: bool) -> Vec<TensorType> {
+    let (b, t) = (shape.rows as i64, shape.tokens as i64);
+    let f32_next = TensorType::new(ElementType::F32, [b, t - 1]);
+    let mut types = vec![
+        TensorType::new(ElementType::S32, [b, t]),
+        TensorType::new(ElementType::Pred, [b, t]),
+        f32_next.clone(),
+        f32_next.clone(),
+        TensorType::new(ElementType::F32, [b]),
+        TensorType::new(ElementType::F32, []),
+    ];
+    if old == OldLogprobs::Input {
+        types.push(f32_next.clone());
+    }
+    if with_reference {
+        types.push(f32_next);
+    }
+    types
+}
+
+/// The normalizer each of `micro_batches` micro-batches gets, so that the
+/// accumulating step's mean gradient is the whole batch's.
+pub fn micro_normalizer(batch_normalizer: f32, micro_batches: usize) -> f32 {
+    batch_normalizer / micro_batches.max(1) as f32
+}
+
+/// Traces the GRPO loss of one micro-batch and its metrics.
+pub fn traced_loss(
+    decoder: &Decoder,
+    settings: &GrpoLoss,
+    old: OldLogprobs,
+    params: &[Tensor],
+    batch: &[Tensor],
+) -> grpo_xla::Result<(Tensor, Vec<Tensor>)> {
+    let to_xla = |e: crate::Error| match e {
+        crate::Error::Xla(e) => e,
+        other => grpo_xla::Error::Trace {
+            op: "grpo_loss",
+            message: other.to_string(),
+        },
+    };
+    let (ids, attention, completion, behaviour, advantages, normalizer) =
+        (&batch[0], &batch[1], &batch[2], &batch[3], &batch[4], &batch[5]);
+    let (logprobs, entropy) = decoder.token_logprobs(params, ids, attention)?;
+    let mut extra = batch[6..].iter();
+    let old_logprobs = match old {
+        OldLogprobs::OnPolicy => logprobs.stop_gradient()?,
+        OldLogprobs::Input => extra.next().cloned().ok_or_else(|| grpo_xla::Error::Trace {
+            op: "grpo_loss",
+            message: "the batch has no old log-probs (see batch_types)".to_string(),
+        })?,
+    };
+    let reference = if settings.beta > 0.0 { extra.next() } else { None };
+    let inputs = LossInputs {
+        logprobs: &logprobs,
+        old_logprobs: &old_logprobs,
+        behaviour_logprobs: Some(behaviour),
+        ref_logprobs: reference,
+        advantages,
+        mask: completion,
+        normalizer,
+    };
+    let out = grpo_loss(&inputs, settings).map_err(to_xla)?;
+    let entropy_sum = entropy.mul(completion)?.sum_all()?.stop_gradient()?;
+    Ok((out.loss, vec![out.low_clipped, out.high_clipped, out.kl, entropy_sum]))
+}
+
+/// How the step is compiled.
+pub struct StepConfig<'a> {
+    /// Parameter dtype (f32 master weights by default).
+    pub dtype: ElementType,
+    /// The loss.
+    pub loss: GrpoLoss,
+    /// Where the old log-probs come from.
+    pub old: OldLogprobs,
+    /// The optimizer traced into the update.
+    pub optimizer: &'a dyn Optimizer,
+    /// Global gradient-norm clipping; `None` disables it.
+    pub max_grad_norm: Option<f64>,
+}
+
+/// A compiled GRPO step: one program when a batch is one micro-batch,
+/// else gradient accumulation (first, accumulate, apply).
+pub enum GrpoStep {
+    /// Forward, loss, backward, clipping and AdamW in one program.
+    Whole(TrainStep),
+    /// Micro-batch gradients accumulated, then the update.
+    Accumulating(AccumulatingTrainStep),
+}
+
+impl GrpoStep {
+    /// Compiles the step for `micro_batches` micro-batches of `shape`.
+    pub fn compile(
+        client: &Client,
+        decoder: &Decoder,
+        config: &StepConfig<'_>,
+        shape: MicroBatchShape,
+        micro_batches: usize,
+    ) -> Result<GrpoStep> {
+        config.loss.validate()?;
+        let params = decoder
+            .parameters()
+            .iter()
+            .map(|p| TensorType::new(config.dtype, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect();
+        let spec = TrainStepSpec {
+            params,
+            batch: batch_types(shape, config.old, config.loss.beta > 0.0),
+            optimizer: config.optimizer,
+            max_grad_norm: config.max_grad_norm,
+        };
+        let loss = |params: &[Tensor], batch: &[Tensor]| traced_loss(decoder, &config.loss, config.old, params, batch);
+        Ok(if micro_batches <= 1 {
+            GrpoStep::Whole(TrainStep::compile_with_metrics(client, &spec, loss)?)
+        } else {
+            GrpoStep::Accumulating(AccumulatingTrainStep::compile_with_metrics(client, &spec, loss)?)
+        })
+    }
+
+    /// A training state of `params` with zeroed optimizer state.
+    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
+        Ok(match self {
+            GrpoStep::Whole(step) => step.init_state(params)?,
+            GrpoStep::Accumulating(step) => step.init_state(params)?,
+        })
+    }
+
+    /// One optimizer step over `micro_batches` (inputs as [`batch_types`]).
+    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
+        Ok(match (self, micro_batches) {
+            (GrpoStep::Whole(step), [batch]) => step.step(state, batch, lr)?,
+            (GrpoStep::Accumulating(step), _) => step.step(state, micro_batches, lr)?,
+            (GrpoStep::Whole(_), _) => {
+                return Err(crate::Error::Config {
+                    field: "micro_batches",
+                    message: format!(
+                        "this step was compiled for one micro-batch, given {}",
+                        micro_batches.len()
+                    ),
+                });
+            }
+        })
+    }
+}

@@ -1,0 +1,217 @@
+//! The GRPO step on a tiny fixture model (real CPU plugin): the loss and
+//! its metrics equal the host formulas on the log-probs of the separate
+//! log-prob program; one step raises the log-probs of positively advantaged
+//! completions and lowers the others; two micro-batches update the
+//! parameters as one whole batch does.
+
+use std::path::Path;
+
+use grpo_learner::advantage::{ScaleRewards, advantages};
+use grpo_learner::loss::{GrpoLoss, LossType};
+use grpo_learner::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::weights::Safetensors;
+use grpo_xla::trace::AdamW;
+use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform, Pred};
+
+const T: usize = 12;
+
+fn client() -> Client {
+    Client::for_platform(
+        Platform::Cpu,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixture() -> (Decoder, Safetensors) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/parity/llama");
+    let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
+    (Decoder::new(config), Safetensors::open_dir(&dir).unwrap())
+}
+
+/// Four sequences (two groups of two): a 4-token prompt and completions of 8, 5, 7, 3 tokens.
+fn sequences() -> Vec<(Vec<u32>, usize)> {
+    let lengths = [8, 5, 7, 3];
+    (0..4)
+        .map(|i| {
+            let prompt = if i < 2 {
+                vec![5, 17, 99, 3]
+            } else {
+                vec![64, 120, 7, 42]
+            };
+            let completion: Vec<u32> = (0..lengths[i]).map(|j| ((i * 31 + j * 7) % 120 + 1) as u32).collect();
+            ([prompt, completion].concat(), lengths[i])
+        })
+        .collect()
+}
+
+/// The host-side inputs of rows `rows` (see `trainer` for the order).
+struct HostBatch {
+    ids: Vec<i32>,
+    attention: Vec<Pred>,
+    completion: Vec<f32>,
+    behaviour: Vec<f32>,
+    advantages: Vec<f32>,
+}
+
+fn host_batch(rows: std::ops::Range<usize>, logprobs: &[Vec<f32>], adv: &[f32]) -> HostBatch {
+    let seqs = sequences();
+    let mut b = HostBatch {
+        ids: Vec::new(),
+        attention: Vec::new(),
+        completion: Vec::new(),
+        behaviour: Vec::new(),
+        advantages: Vec::new(),
+    };
+    for r in rows {
+        let (ids, completion_len) = &seqs[r];
+        let prompt_len = ids.len() - completion_len;
+        for t in 0..T {
+            b.ids.push(ids.get(t).map_or(0, |&x| x as i32));
+            b.attention.push(Pred::from(t < ids.len()));
+        }
+        for t in 0..T - 1 {
+            // Entry t scores token t + 1: a completion token when t + 1 ≥ prompt_len.
+            let scored = t + 1 >= prompt_len && t + 1 < ids.len();
+            b.completion.push(if scored { 1.0 } else { 0.0 });
+            b.behaviour.push(logprobs[r].get(t).copied().unwrap_or(0.0));
+        }
+        b.advantages.push(adv[r]);
+    }
+    b
+}
+
+fn upload(client: &Client, b: &HostBatch, normalizer: f32) -> Vec<Buffer> {
+    let d = client.device(0).unwrap();
+    let rows = b.advantages.len() as i64;
+    vec![
+        client.buffer_from_host(&b.ids, &[rows, T as i64], d).unwrap(),
+        client.buffer_from_host(&b.attention, &[rows, T as i64], d).unwrap(),
+        client
+            .buffer_from_host(&b.completion, &[rows, T as i64 - 1], d)
+            .unwrap(),
+        client.buffer_from_host(&b.behaviour, &[rows, T as i64 - 1], d).unwrap(),
+        client.buffer_from_host(&b.advantages, &[rows], d).unwrap(),
+        client.buffer_from_host(&[normalizer], &[], d).unwrap(),
+    ]
+}
+
+/// Mean completion log-prob of each sequence under `params`.
+fn mean_logprobs(runner: &LogprobsRunner, params: &[Buffer]) -> Vec<f64> {
+    let seqs = sequences();
+    let ids: Vec<Vec<u32>> = seqs.iter().map(|(ids, _)| ids.clone()).collect();
+    let stats = runner.run(params, &ids).unwrap();
+    seqs.iter()
+        .zip(&stats)
+        .map(|((ids, n), s)| {
+            s.logprobs[ids.len() - n - 1..]
+                .iter()
+                .map(|&x| f64::from(x))
+                .sum::<f64>()
+                / *n as f64
+        })
+        .collect()
+}
+
+#[test]
+fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
+    let seqs = sequences();
+    let ids: Vec<Vec<u32>> = seqs.iter().map(|(ids, _)| ids.clone()).collect();
+    let stats = runner.run(&params(), &ids).unwrap();
+    let logprobs: Vec<Vec<f32>> = stats.iter().map(|s| s.logprobs.clone()).collect();
+    let rewards = [Some(1.0), Some(0.0), Some(0.2), Some(0.9)];
+    let adv = advantages(&rewards, 2, ScaleRewards::Group).unwrap().values;
+
+    let optimizer = AdamW {
+        weight_decay: 0.0,
+        ..AdamW::default()
+    };
+    let config = StepConfig {
+        dtype: ElementType::F32,
+        loss: GrpoLoss {
+            loss_type: LossType::Dapo,
+            ..GrpoLoss::default()
+        },
+        old: OldLogprobs::OnPolicy,
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+    };
+    let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
+    let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
+
+    // One micro-batch of four rows.
+    let whole = GrpoStep::compile(&client, &decoder, &config, MicroBatchShape { rows: 4, tokens: T }, 1).unwrap();
+    let mut state = whole.init_state(params()).unwrap();
+    let batch = upload(&client, &host_batch(0..4, &logprobs, &adv), normalizer);
+    let metrics = whole.step(&mut state, &[batch.iter().collect()], 1e-2).unwrap();
+    // On-policy the ratio is 1 and nothing is clipped: loss = −Σ_b A_b·|b| / N.
+    let want: f64 = -seqs
+        .iter()
+        .zip(&adv)
+        .map(|((_, n), a)| f64::from(*a) * *n as f64)
+        .sum::<f64>()
+        / f64::from(normalizer);
+    assert!(
+        (f64::from(metrics.loss) - want).abs() < 1e-5,
+        "loss {} vs {want}",
+        metrics.loss
+    );
+    assert_eq!(metrics.metrics[..3], [0.0, 0.0, 0.0], "no clipping, no KL on-policy");
+    let entropy: f64 = seqs
+        .iter()
+        .zip(&stats)
+        .map(|((ids, n), s)| {
+            s.entropies[ids.len() - n - 1..]
+                .iter()
+                .map(|&x| f64::from(x))
+                .sum::<f64>()
+        })
+        .sum();
+    assert!(
+        (f64::from(metrics.metrics[3]) - entropy).abs() < 1e-3 * entropy,
+        "entropy sum"
+    );
+
+    let before = mean_logprobs(&runner, &params());
+    let after = mean_logprobs(&runner, &state.params);
+    for (i, a) in adv.iter().enumerate() {
+        let moved = after[i] - before[i];
+        assert!(
+            moved * f64::from(*a) > 0.0,
+            "sequence {i}: advantage {a}, log-prob moved {moved}"
+        );
+    }
+
+    // Two micro-batches of two rows: the same update.
+    let micro = GrpoStep::compile(&client, &decoder, &config, MicroBatchShape { rows: 2, tokens: T }, 2).unwrap();
+    let mut micro_state = micro.init_state(params()).unwrap();
+    let share = micro_normalizer(normalizer, 2);
+    let halves = [
+        upload(&client, &host_batch(0..2, &logprobs, &adv), share),
+        upload(&client, &host_batch(2..4, &logprobs, &adv), share),
+    ];
+    let micro_metrics = micro
+        .step(
+            &mut micro_state,
+            &[halves[0].iter().collect(), halves[1].iter().collect()],
+            1e-2,
+        )
+        .unwrap();
+    assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
+    for (a, b) in state.params.iter().zip(&micro_state.params) {
+        for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+    let error = whole.step(&mut state, &[batch.iter().collect(), batch.iter().collect()], 1e-2);
+    assert!(error.unwrap_err().to_string().contains("micro_batches"));
+}

@@ -6,14 +6,19 @@
 //!   separate low/high epsilons, optional k3 KL to a reference, importance
 //!   correction for rollout/learner mismatch, and the DAPO / GRPO /
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
+//! - [`batch`]: scored rollouts packed into micro-batches of one token
+//!   bucket, with the batch's loss normalizer.
+//! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
 //! - [`trainer`]: the GRPO train step over a decoder as one XLA program
 //!   (or micro-batch gradients accumulated, then the update).
 
 #![warn(missing_docs)]
 
 pub mod advantage;
+pub mod batch;
 mod error;
 pub mod loss;
+pub mod schedule;
 pub mod trainer;
 
 pub use error::{Error, Result};

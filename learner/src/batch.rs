@@ -1,0 +1,140 @@
+//! From scored rollouts to the train step's micro-batches: each sequence is
+//! prompt + completion, right-padded to one token bucket for the whole
+//! step (a power of two, so a run compiles a handful of programs), cut
+//! into micro-batches of a fixed number of rows (the last one padded with
+//! empty rows that count for nothing).
+
+use crate::error::{Error, Result};
+use crate::loss::LossType;
+use crate::trainer::MicroBatchShape;
+
+/// The smallest token bucket.
+const MIN_TOKENS: usize = 16;
+
+/// One scored sample, as the learner trains on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollout {
+    /// The prompt's token ids (at least one).
+    pub prompt: Vec<u32>,
+    /// The completion's token ids.
+    pub completion: Vec<u32>,
+    /// The rollout engine's log-prob of each completion token.
+    pub behaviour_logprobs: Vec<f32>,
+    /// The sample's advantage.
+    pub advantage: f32,
+    /// Whether it counts (its reward was not skipped).
+    pub valid: bool,
+}
+
+/// The host tensors of one micro-batch, in the order of
+/// [`crate::trainer::batch_types`] (without the normalizer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MicroBatch {
+    /// Its shape.
+    pub shape: MicroBatchShape,
+    /// `[rows, tokens]` token ids (0 as padding).
+    pub ids: Vec<i32>,
+    /// `[rows, tokens]` real tokens.
+    pub attention: Vec<bool>,
+    /// `[rows, tokens − 1]`: 1 where entry `t` scores a completion token of a valid sample.
+    pub completion: Vec<f32>,
+    /// `[rows, tokens − 1]`: the behaviour log-prob of that token (0 elsewhere).
+    pub behaviour: Vec<f32>,
+    /// `[rows]` advantages (0 for padding rows).
+    pub advantages: Vec<f32>,
+}
+
+/// A step's micro-batches and the loss normalizer of the whole batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepBatch {
+    /// The micro-batches, all of one shape.
+    pub micro_batches: Vec<MicroBatch>,
+    /// [`LossType::normalizer`] of the valid samples.
+    pub normalizer: f32,
+    /// Completion tokens that count.
+    pub tokens: usize,
+}
+
+/// The token bucket holding sequences of `len` tokens, at most `max`.
+pub fn token_bucket(len: usize, max: usize) -> usize {
+    len.next_power_of_two().max(MIN_TOKENS).min(max.max(MIN_TOKENS))
+}
+
+/// Packs `rollouts` into micro-batches of `rows` rows; sequences longer
+/// than `max_tokens` are refused (the rollout engine's `max_model_len`
+/// keeps them shorter).
+pub fn pack(
+    rollouts: &[Rollout],
+    rows: usize,
+    max_tokens: usize,
+    loss_type: LossType,
+    max_completion_len: usize,
+) -> Result<StepBatch> {
+    if rows == 0 || rollouts.is_empty() {
+        return Err(Error::Config {
+            field: "micro_batch_size",
+            message: format!("{rows} rows for {} rollouts: both must be at least 1", rollouts.len()),
+        });
+    }
+    let longest = rollouts
+        .iter()
+        .map(|r| r.prompt.len() + r.completion.len())
+        .max()
+        .unwrap_or(0);
+    if longest > max_tokens {
+        return Err(Error::Groups {
+            message: format!("a sequence has {longest} tokens, more than the {max_tokens} the learner takes"),
+        });
+    }
+    if let Some(bad) = rollouts
+        .iter()
+        .find(|r| r.prompt.is_empty() || r.behaviour_logprobs.len() != r.completion.len())
+    {
+        return Err(Error::Groups {
+            message: format!(
+                "a rollout has {} prompt tokens and {} log-probs for {} completion tokens",
+                bad.prompt.len(),
+                bad.behaviour_logprobs.len(),
+                bad.completion.len()
+            ),
+        });
+    }
+    let t = token_bucket(longest, max_tokens);
+    let shape = MicroBatchShape { rows, tokens: t };
+    let micro_batches = rollouts.chunks(rows).map(|chunk| micro_batch(chunk, shape)).collect();
+    let valid: Vec<&Rollout> = rollouts.iter().filter(|r| r.valid).collect();
+    let tokens = valid.iter().map(|r| r.completion.len()).sum();
+    Ok(StepBatch {
+        micro_batches,
+        normalizer: loss_type.normalizer(tokens, valid.len(), max_completion_len),
+        tokens,
+    })
+}
+
+fn micro_batch(chunk: &[Rollout], shape: MicroBatchShape) -> MicroBatch {
+    let (rows, t) = (shape.rows, shape.tokens);
+    let mut b = MicroBatch {
+        shape,
+        ids: vec![0; rows * t],
+        attention: vec![false; rows * t],
+        completion: vec![0.0; rows * (t - 1)],
+        behaviour: vec![0.0; rows * (t - 1)],
+        advantages: vec![0.0; rows],
+    };
+    for (row, r) in chunk.iter().enumerate() {
+        let sequence = r.prompt.iter().chain(&r.completion);
+        for (j, &id) in sequence.enumerate() {
+            b.ids[row * t + j] = id as i32;
+            b.attention[row * t + j] = true;
+        }
+        // Entry p − 1 + j scores completion token j (p = prompt length).
+        let first = r.prompt.len() - 1;
+        for (j, &lp) in r.behaviour_logprobs.iter().enumerate() {
+            let at = row * (t - 1) + first + j;
+            b.completion[at] = if r.valid { 1.0 } else { 0.0 };
+            b.behaviour[at] = lp;
+        }
+        b.advantages[row] = if r.valid { r.advantage } else { 0.0 };
+    }
+    b
+}

@@ -1,0 +1,69 @@
+//! Learning-rate schedules (transformers' `get_*_schedule_with_warmup`):
+//! a linear warm-up from 0 over `warmup` steps, then
+//! - `Constant`: the peak rate;
+//! - `Linear`: down to 0 at `total` steps, `(total − s) / (total − warmup)`;
+//! - `Cosine`: `½ (1 + cos(π · progress))`, progress from 0 after the
+//!   warm-up to 1 at `total`.
+//!
+//! The rate is an input of the train step, so a schedule never recompiles.
+
+use crate::error::{Error, Result};
+
+/// The shape of the schedule after the warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Decay {
+    /// The peak rate until the end. The default.
+    #[default]
+    Constant,
+    /// Linear decay to 0.
+    Linear,
+    /// Half a cosine down to 0.
+    Cosine,
+}
+
+/// A learning-rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// The peak rate (> 0).
+    pub lr: f64,
+    /// Warm-up steps.
+    pub warmup: usize,
+    /// Steps of the run (the decay ends there).
+    pub total: usize,
+    /// What follows the warm-up.
+    pub decay: Decay,
+}
+
+impl Schedule {
+    /// Checks the settings, naming the wrong one.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(Error::Config {
+                field: "lr",
+                message: format!("{} must be > 0", self.lr),
+            });
+        }
+        if self.total == 0 || self.warmup > self.total {
+            return Err(Error::Config {
+                field: "warmup_steps",
+                message: format!("{} warm-up steps do not fit a run of {} steps", self.warmup, self.total),
+            });
+        }
+        Ok(())
+    }
+
+    /// The rate of (0-based) step `step`.
+    pub fn at(&self, step: usize) -> f64 {
+        if step < self.warmup {
+            return self.lr * step as f64 / self.warmup.max(1) as f64;
+        }
+        let span = self.total.saturating_sub(self.warmup).max(1) as f64;
+        let done = (step - self.warmup) as f64;
+        let factor = match self.decay {
+            Decay::Constant => 1.0,
+            Decay::Linear => ((span - done) / span).max(0.0),
+            Decay::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * (done / span).min(1.0)).cos()),
+        };
+        self.lr * factor
+    }
+}

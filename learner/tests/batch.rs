@@ -1,0 +1,116 @@
+//! Packing rollouts into micro-batches (layout, masks, padding rows, the
+//! normalizer) and the learning-rate schedules against hand-computed values.
+
+use grpo_learner::batch::{Rollout, pack, token_bucket};
+use grpo_learner::loss::LossType;
+use grpo_learner::schedule::{Decay, Schedule};
+
+fn rollout(prompt: &[u32], completion: &[u32], advantage: f32, valid: bool) -> Rollout {
+    Rollout {
+        prompt: prompt.to_vec(),
+        completion: completion.to_vec(),
+        behaviour_logprobs: completion.iter().map(|&t| -(t as f32) / 10.0).collect(),
+        advantage,
+        valid,
+    }
+}
+
+#[test]
+fn rollouts_pack_right_padded_with_completion_masks() {
+    let rollouts = [
+        rollout(&[1, 2, 3], &[7, 8], 0.5, true),
+        rollout(&[4], &[9, 10, 11], -1.0, true),
+        rollout(&[5, 6], &[12], 2.0, false),
+    ];
+    let step = pack(&rollouts, 2, 64, LossType::Dapo, 8).unwrap();
+    assert_eq!(step.micro_batches.len(), 2);
+    assert_eq!(step.tokens, 5, "the skipped sample's token does not count");
+    assert_eq!(step.normalizer, 5.0);
+    let first = &step.micro_batches[0];
+    assert_eq!((first.shape.rows, first.shape.tokens), (2, 16));
+    assert_eq!(first.ids[..6], [1, 2, 3, 7, 8, 0]);
+    assert_eq!(first.ids[16..20], [4, 9, 10, 11]);
+    assert_eq!(first.attention[..6], [true, true, true, true, true, false]);
+    // Row 0: entries 2 and 3 score tokens 7 and 8; row 1: entries 0–2 score 9–11.
+    assert_eq!(first.completion[..5], [0.0, 0.0, 1.0, 1.0, 0.0]);
+    assert_eq!(first.behaviour[2..4], [-0.7, -0.8]);
+    assert_eq!(first.completion[15..19], [1.0, 1.0, 1.0, 0.0]);
+    assert_eq!(first.advantages, [0.5, -1.0]);
+    // The last micro-batch: the skipped sample (no mask, no advantage) and a padding row.
+    let last = &step.micro_batches[1];
+    assert!(last.completion.iter().all(|&m| m == 0.0));
+    assert_eq!(last.advantages, [0.0, 0.0]);
+    assert!(last.attention[16..].iter().all(|&a| !a), "the padding row is empty");
+    let grpo = pack(&rollouts, 2, 64, LossType::Grpo, 8).unwrap();
+    assert_eq!(grpo.normalizer, 2.0, "GRPO normalizes by the valid sequences");
+    let dr = pack(&rollouts, 2, 64, LossType::DrGrpo, 8).unwrap();
+    assert_eq!(dr.normalizer, 16.0, "Dr. GRPO by sequences × max completion length");
+}
+
+#[test]
+fn buckets_and_refusals() {
+    assert_eq!(token_bucket(3, 1024), 16);
+    assert_eq!(token_bucket(17, 1024), 32);
+    assert_eq!(token_bucket(70, 100), 100);
+    let long = [rollout(&[1; 40], &[2; 30], 1.0, true)];
+    assert!(
+        pack(&long, 1, 64, LossType::Dapo, 8)
+            .unwrap_err()
+            .to_string()
+            .contains("70 tokens")
+    );
+    let mut broken = rollout(&[1], &[2, 3], 1.0, true);
+    broken.behaviour_logprobs.pop();
+    assert!(
+        pack(&[broken], 1, 64, LossType::Dapo, 8)
+            .unwrap_err()
+            .to_string()
+            .contains("log-probs")
+    );
+    assert!(pack(&[], 1, 64, LossType::Dapo, 8).is_err());
+}
+
+#[test]
+fn schedules_match_transformers() {
+    let s = |decay| Schedule {
+        lr: 1e-3,
+        warmup: 10,
+        total: 110,
+        decay,
+    };
+    let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    for decay in [Decay::Constant, Decay::Linear, Decay::Cosine] {
+        close(s(decay).at(0), 0.0);
+        close(s(decay).at(5), 5e-4);
+        close(s(decay).at(10), 1e-3);
+    }
+    close(s(Decay::Constant).at(100), 1e-3);
+    close(s(Decay::Linear).at(60), 5e-4);
+    close(s(Decay::Linear).at(110), 0.0);
+    close(s(Decay::Cosine).at(60), 5e-4);
+    close(
+        s(Decay::Cosine).at(35),
+        1e-3 * 0.5 * (1.0 + (std::f64::consts::PI / 4.0).cos()),
+    );
+    close(s(Decay::Cosine).at(500), 0.0);
+    assert!(
+        Schedule {
+            lr: 0.0,
+            ..s(Decay::Constant)
+        }
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("lr")
+    );
+    assert!(
+        Schedule {
+            warmup: 200,
+            ..s(Decay::Constant)
+        }
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("warmup")
+    );
+}

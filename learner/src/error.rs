@@ -20,6 +20,16 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A data file that cannot be used, naming the file and line (0: the file itself).
+    #[error("{}:{line}: {message}", path.display())]
+    Data {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The line (1-based; 0 for the whole file).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

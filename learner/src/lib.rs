@@ -6,6 +6,8 @@
 //!   separate low/high epsilons, optional k3 KL to a reference, importance
 //!   correction for rollout/learner mismatch, and the DAPO / GRPO /
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
+//! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
+//!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
@@ -16,6 +18,7 @@
 
 pub mod advantage;
 pub mod batch;
+pub mod data;
 mod error;
 pub mod loss;
 pub mod schedule;

@@ -1,0 +1,195 @@
+//! Prompts for training: a JSONL file of rows, one column holding the
+//! prompt (text, or a chat list of `{role, content}`), every other column
+//! kept for the rewards (e.g. `answer`); a held-out eval split; and a
+//! seeded sampler over epochs whose position can be saved and restored.
+//!
+//! Shuffling uses its own SplitMix64 generator, so an order depends only
+//! on the seed and the epoch — not on a library's version — and a resumed
+//! run continues exactly.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+/// A chat turn.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChatTurn {
+    /// `system`, `user`, `assistant`, …
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// A row's prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    /// Plain text, tokenized as it is.
+    Text(String),
+    /// Chat turns, rendered with the model's chat template.
+    Chat(Vec<ChatTurn>),
+}
+
+/// One row of the data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// Its line number in the file (0-based), a stable id.
+    pub index: usize,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Every other column, for the rewards.
+    pub columns: Map<String, Value>,
+}
+
+/// Reads `path` (JSONL), taking the prompt from `prompt_column`. Errors
+/// name the file and line.
+pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
+    let fail = |line: usize, message: String| Error::Data {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(0, format!("cannot open: {e}")))?;
+    let mut examples = Vec::new();
+    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| fail(number + 1, e.to_string()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut columns: Map<String, Value> = match serde_json::from_str(&line) {
+            Ok(Value::Object(map)) => map,
+            Ok(_) => return Err(fail(number + 1, "a row must be a JSON object".to_string())),
+            Err(e) => return Err(fail(number + 1, format!("not JSON: {e}"))),
+        };
+        let prompt = match columns.remove(prompt_column) {
+            Some(Value::String(text)) => Prompt::Text(text),
+            Some(chat @ Value::Array(_)) => Prompt::Chat(serde_json::from_value(chat).map_err(|e| {
+                fail(
+                    number + 1,
+                    format!("`{prompt_column}` as chat turns ({{role, content}}): {e}"),
+                )
+            })?),
+            Some(_) => {
+                return Err(fail(
+                    number + 1,
+                    format!("`{prompt_column}` must be text or a list of chat turns"),
+                ));
+            }
+            None => return Err(fail(number + 1, format!("no `{prompt_column}` column"))),
+        };
+        examples.push(Example {
+            index: examples.len(),
+            prompt,
+            columns,
+        });
+    }
+    if examples.is_empty() {
+        return Err(fail(0, "no rows".to_string()));
+    }
+    Ok(examples)
+}
+
+/// SplitMix64: a small, fixed generator for shuffles.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Fisher–Yates.
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// `examples` split into (train, eval): `eval_size` rows chosen by `seed`
+/// are held out; both keep file order.
+pub fn split(examples: Vec<Example>, eval_size: usize, seed: u64) -> Result<(Vec<Example>, Vec<Example>)> {
+    if eval_size >= examples.len() {
+        return Err(Error::Config {
+            field: "eval_size",
+            message: format!("{eval_size} leaves nothing of {} rows to train on", examples.len()),
+        });
+    }
+    let mut order: Vec<usize> = (0..examples.len()).collect();
+    SplitMix64(seed ^ 0xE7A1).shuffle(&mut order);
+    let mut held = vec![false; examples.len()];
+    for &i in &order[..eval_size] {
+        held[i] = true;
+    }
+    Ok(examples.into_iter().partition(|e| !held[e.index]))
+}
+
+/// Where a [`PromptSampler`] is: restore it with [`PromptSampler::resume`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SamplerState {
+    /// Completed passes over the data.
+    pub epoch: u64,
+    /// Rows of this epoch already handed out.
+    pub position: usize,
+}
+
+/// Hands out training rows in a seeded order, reshuffled every epoch.
+pub struct PromptSampler {
+    rows: usize,
+    seed: u64,
+    order: Vec<usize>,
+    state: SamplerState,
+}
+
+impl PromptSampler {
+    /// A sampler over `rows` rows (indices into the train split).
+    pub fn new(rows: usize, seed: u64) -> PromptSampler {
+        Self::resume(rows, seed, SamplerState { epoch: 0, position: 0 })
+    }
+
+    /// A sampler continuing from `state`.
+    pub fn resume(rows: usize, seed: u64, state: SamplerState) -> PromptSampler {
+        let mut sampler = PromptSampler {
+            rows,
+            seed,
+            order: Vec::new(),
+            state,
+        };
+        sampler.order = sampler.epoch_order(state.epoch);
+        sampler
+    }
+
+    fn epoch_order(&self, epoch: u64) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.rows).collect();
+        SplitMix64(self.seed.wrapping_add(epoch.wrapping_mul(0x2545_F491_4F6C_DD1D))).shuffle(&mut order);
+        order
+    }
+
+    /// The next `n` row indices (crossing into the next epoch as needed).
+    pub fn next_batch(&mut self, n: usize) -> Vec<usize> {
+        let mut batch = Vec::with_capacity(n);
+        while batch.len() < n && self.rows > 0 {
+            if self.state.position == self.rows {
+                self.state = SamplerState {
+                    epoch: self.state.epoch + 1,
+                    position: 0,
+                };
+                self.order = self.epoch_order(self.state.epoch);
+            }
+            batch.push(self.order[self.state.position]);
+            self.state.position += 1;
+        }
+        batch
+    }
+
+    /// Where the sampler is.
+    pub fn state(&self) -> SamplerState {
+        self.state
+    }
+}

@@ -30,6 +30,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A model, weights or tokenizer problem.
+    #[error(transparent)]
+    Model(#[from] grpo_model::Error),
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

@@ -6,6 +6,8 @@
 //!   separate low/high epsilons, optional k3 KL to a reference, importance
 //!   correction for rollout/learner mismatch, and the DAPO / GRPO /
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
+//! - [`checkpoint`]: atomic checkpoints (HF folder, optimizer state,
+//!   loop state) and finding the newest for resume.
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
 //!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
@@ -18,6 +20,7 @@
 
 pub mod advantage;
 pub mod batch;
+pub mod checkpoint;
 pub mod data;
 mod error;
 pub mod loss;

@@ -1,0 +1,157 @@
+//! Checkpoints: `OUT/checkpoint-<step>/` holds the policy as a Hugging Face
+//! folder (config.json, model.safetensors in f32, tokenizer files — what
+//! transformers loads), `optimizer.safetensors` (the optimizer state by its
+//! names) and `trainer_state.json` (the loop's state: step, data position,
+//! RNG seeds, statistics — whatever the loop serializes).
+//!
+//! Writing is atomic: everything goes into a temporary sibling folder that
+//! is renamed into place at the end, so a crash leaves the previous
+//! checkpoints intact and never a half-written one under the final name.
+//! [`latest`] finds the newest complete checkpoint for `--resume`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use grpo_model::config::ModelConfig;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use grpo_xla::{Buffer, ElementType};
+
+use crate::error::{Error, Result};
+
+/// The optimizer state's file in a checkpoint.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The loop state's file in a checkpoint.
+pub const STATE_FILE: &str = "trainer_state.json";
+
+/// What a checkpoint holds, as the loop hands it over.
+pub struct CheckpointParts<'a> {
+    /// The step just completed.
+    pub step: u64,
+    /// The model's config.
+    pub config: &'a ModelConfig,
+    /// The tokenizer (its files are copied in).
+    pub tokenizer: &'a Tokenizer,
+    /// Parameters with their names.
+    pub params: Vec<(&'a str, &'a Buffer)>,
+    /// Optimizer state with its names.
+    pub optimizer: Vec<(&'a str, &'a Buffer)>,
+    /// The loop's state.
+    pub state: serde_json::Value,
+}
+
+/// A checkpoint read back.
+#[derive(Debug)]
+pub struct LoadedCheckpoint {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Parameters by name.
+    pub params: BTreeMap<String, HostTensor>,
+    /// Optimizer state by name.
+    pub optimizer: BTreeMap<String, HostTensor>,
+    /// The loop's state.
+    pub state: serde_json::Value,
+}
+
+fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
+    Error::Data {
+        path: path.to_path_buf(),
+        line: 0,
+        message: format!("cannot {what}: {e}"),
+    }
+}
+
+/// A device buffer (f32 or bf16) as an f32 host tensor.
+pub fn host_tensor(buffer: &Buffer) -> Result<HostTensor> {
+    let dims: Vec<usize> = buffer.dims().iter().map(|&d| d as usize).collect();
+    let data = match buffer.dtype() {
+        ElementType::Bf16 => buffer.to_host::<half::bf16>()?.iter().map(|v| v.to_f32()).collect(),
+        _ => buffer.to_host::<f32>()?,
+    };
+    Ok(HostTensor::new(dims, data)?)
+}
+
+fn named(tensors: &[(&str, &Buffer)]) -> Result<BTreeMap<String, HostTensor>> {
+    tensors
+        .iter()
+        .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
+        .collect()
+}
+
+/// The folder of step `step`'s checkpoint under `out`.
+pub fn checkpoint_dir(out: &Path, step: u64) -> PathBuf {
+    out.join(format!("checkpoint-{step}"))
+}
+
+/// Writes `parts` as `OUT/checkpoint-<step>/`, atomically; returns the folder.
+pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
+    let dir = checkpoint_dir(out, parts.step);
+    let staging = out.join(format!(".checkpoint-{}.partial-{}", parts.step, std::process::id()));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
+    }
+    let tensors = named(&parts.params)?;
+    grpo_model::pretrained::write_model_dir(
+        &staging,
+        &parts.config.to_hf_json(),
+        parts.config,
+        &tensors,
+        parts.tokenizer,
+    )?;
+    save_safetensors(staging.join(OPTIMIZER_FILE), &named(&parts.optimizer)?)?;
+    let state_path = staging.join(STATE_FILE);
+    let text = serde_json::to_string_pretty(&parts.state).map_err(|e| Error::Data {
+        path: state_path.clone(),
+        line: 0,
+        message: e.to_string(),
+    })?;
+    std::fs::write(&state_path, text).map_err(|e| io(&state_path, "write", e))?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, "replace", e))?;
+    }
+    std::fs::rename(&staging, &dir).map_err(|e| io(&dir, "move into place", e))?;
+    Ok(dir)
+}
+
+/// The newest complete checkpoint under `out`, if any.
+pub fn latest(out: &Path) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(out).ok()?;
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let step: u64 = name.strip_prefix("checkpoint-")?.parse().ok()?;
+            entry.path().join(STATE_FILE).is_file().then(|| (step, entry.path()))
+        })
+        .max_by_key(|(step, _)| *step)
+        .map(|(_, path)| path)
+}
+
+/// Reads a checkpoint folder back.
+pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
+    let read_all = |source: &dyn WeightSource| -> Result<BTreeMap<String, HostTensor>> {
+        source
+            .names()
+            .into_iter()
+            .map(|name| {
+                let tensor = source.tensor(&name)?;
+                Ok((name, tensor))
+            })
+            .collect()
+    };
+    let params = read_all(&Safetensors::open_files(&[dir.join("model.safetensors")])?)?;
+    let optimizer = read_all(&Safetensors::open_files(&[dir.join(OPTIMIZER_FILE)])?)?;
+    let state_path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, "read", e))?;
+    let state = serde_json::from_str(&text).map_err(|e| Error::Data {
+        path: state_path.clone(),
+        line: e.line(),
+        message: e.to_string(),
+    })?;
+    Ok(LoadedCheckpoint {
+        dir: dir.to_path_buf(),
+        params,
+        optimizer,
+        state,
+    })
+}

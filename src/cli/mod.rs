@@ -7,6 +7,8 @@ mod generate;
 mod init_model;
 mod logprobs;
 mod platform;
+mod reward;
+mod serve;
 mod setup;
 mod worker;
 
@@ -30,12 +32,16 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Generate completions of a prompt.
     Generate(generate::GenerateArgs),
+    /// Serve the model over an OpenAI / vLLM-compatible HTTP API.
+    Serve(serve::ServeArgs),
     /// Serve the rollout engine over gRPC to a learner (loopback unless --host says otherwise).
     Worker(worker::WorkerArgs),
     /// Write a random model (config, weights, tokenizer) for tests and experiments.
     InitModel(init_model::InitModelArgs),
     /// Log-probabilities of completion tokens under a model (JSONL in, JSONL out).
     Logprobs(logprobs::LogprobsArgs),
+    /// Score completions with the config's `[[reward]]` tables (JSONL in, JSONL out).
+    Reward(reward::RewardArgs),
     /// Measure the device: `grpo bench matmul`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -49,9 +55,11 @@ impl Cli {
             Command::Devices(args) => devices::run(&args),
             Command::Convert(args) => convert::run(&args),
             Command::Generate(args) => generate::run(&args),
+            Command::Serve(args) => serve::run(&args),
             Command::Worker(args) => worker::run(&args),
             Command::InitModel(args) => init_model::run(&args),
             Command::Logprobs(args) => logprobs::run(&args),
+            Command::Reward(args) => reward::run(&args),
             Command::Bench(command) => command.run(),
         }
     }

@@ -1,0 +1,122 @@
+//! The crate's error type, and the one place it becomes an HTTP answer:
+//! `{"error": {"message", "type", "param", "code"}}` with its status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::protocol::errors::{ErrorBody, ErrorResponse};
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong serving a request (or starting the server).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request that breaks the API's rules; `param` names the field when one is at fault.
+    #[error("{message}")]
+    InvalidRequest {
+        /// What is wrong and what is allowed.
+        message: String,
+        /// The field at fault.
+        param: Option<String>,
+    },
+    /// The request names a model this server does not serve.
+    #[error("the model `{model}` does not exist (this server serves `{served}`)")]
+    ModelNotFound {
+        /// The name asked for.
+        model: String,
+        /// The name served.
+        served: String,
+    },
+    /// No route at this path.
+    #[error("no route {method} {path}")]
+    RouteNotFound {
+        /// The HTTP method.
+        method: String,
+        /// The path.
+        path: String,
+    },
+    /// The API key is missing or wrong.
+    #[error("a missing or wrong API key: send `Authorization: Bearer KEY`")]
+    Unauthorized,
+    /// The body is over the size limit.
+    #[error("the request body is over the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The engine refused the request or stopped.
+    #[error(transparent)]
+    Engine(#[from] grpo_rollout::Error),
+    /// Tokenizing, rendering the chat template or reading a checkpoint failed on the request's input.
+    #[error(transparent)]
+    Model(#[from] grpo_model::Error),
+    /// The server could not start listening.
+    #[error("binding {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+}
+
+impl Error {
+    /// An [`Error::InvalidRequest`] about field `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Error {
+        Error::InvalidRequest {
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
+
+    /// The HTTP status and OpenAI error type of this error.
+    fn status(&self) -> (StatusCode, &'static str) {
+        use grpo_rollout::Error as Engine;
+        match self {
+            Error::InvalidRequest { .. }
+            | Error::Model(_)
+            | Error::Engine(Engine::InvalidRequest { .. } | Engine::InvalidUpdate { .. }) => {
+                (StatusCode::BAD_REQUEST, "BadRequestError")
+            }
+            Error::ModelNotFound { .. } | Error::RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NotFoundError"),
+            Error::Unauthorized => (StatusCode::UNAUTHORIZED, "AuthenticationError"),
+            Error::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+            Error::Engine(Engine::EngineStopped { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailableError"),
+            Error::Engine(_) | Error::Bind { .. } | Error::Serve(_) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError")
+            }
+        }
+    }
+
+    /// The JSON body of this error.
+    pub fn body(&self) -> ErrorResponse {
+        let (status, kind) = self.status();
+        let param = match self {
+            Error::InvalidRequest { param, .. } => param.clone(),
+            _ => None,
+        };
+        ErrorResponse {
+            error: ErrorBody {
+                message: self.to_string(),
+                kind: kind.to_string(),
+                param,
+                code: status.as_u16(),
+            },
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, _) = self.status();
+        if status.is_server_error() {
+            tracing::warn!("{self}");
+        }
+        (status, Json(self.body())).into_response()
+    }
+}

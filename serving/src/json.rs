@@ -1,0 +1,81 @@
+//! The JSON body extractors: a body over the limit is a 413; malformed
+//! JSON, a body that is not an object, or a wrongly typed field a 400 in
+//! the API's error shape, naming the field. Generation requests are read
+//! twice from one parsed body, into their own fields and the shared
+//! [`SamplingFields`] (serde's `flatten` would lose the field names).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::protocol::common::SamplingFields;
+use crate::state::AppState;
+
+/// A request body parsed as `T`.
+pub struct JsonBody<T>(pub T);
+
+/// A generation request's body: its own fields and the sampling fields.
+pub struct WithSampling<T>(pub T, pub SamplingFields);
+
+/// The body as a JSON object.
+async fn object(request: Request, state: &AppState) -> Result<Value, Error> {
+    let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::BodyTooLarge {
+                limit: state.config.max_body_bytes,
+            }
+        } else {
+            Error::InvalidRequest {
+                message: rejection.body_text(),
+                param: None,
+            }
+        }
+    })?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidRequest {
+        message: format!("invalid JSON body: {e}"),
+        param: None,
+    })?;
+    if !value.is_object() {
+        return Err(Error::InvalidRequest {
+            message: "the body must be a JSON object".to_string(),
+            param: None,
+        });
+    }
+    Ok(value)
+}
+
+/// `value` as `T`; a failure names the field at fault.
+fn parse<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        if path == "." {
+            Error::InvalidRequest { message, param: None }
+        } else {
+            Error::InvalidRequest {
+                message: format!("{path}: {message}"),
+                param: Some(path),
+            }
+        }
+    })
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Error> {
+        Ok(JsonBody(parse(object(request, state).await?)?))
+    }
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for WithSampling<T> {
+    type Rejection = Error;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Error> {
+        let value = object(request, state).await?;
+        Ok(WithSampling(parse(value.clone())?, parse(value)?))
+    }
+}

@@ -1,0 +1,253 @@
+//! `POST /v1/chat/completions`: messages rendered with the model's chat
+//! template (`add_generation_prompt`, `continue_final_message`), `n`
+//! samples, log-probs in the chat shape (`content[].{token, logprob, bytes,
+//! top_logprobs}`), `max_completion_tokens` (default: the rest of the
+//! context), `return_token_ids`, streaming with a role chunk per choice.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use grpo_model::chat::ChatMessage;
+use grpo_rollout::request::Request;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::json::WithSampling;
+use crate::model::ServedModel;
+use crate::protocol::chat::{
+    ChatChoice, ChatLogprobs, ChatMessageIn, ChatMessageOut, ChatRequest, ChatResponse, Content, TokenLogprob,
+    TopLogprob,
+};
+use crate::protocol::common::Usage;
+use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
+use crate::state::AppState;
+use crate::{sse, validate};
+
+/// The messages as the chat template takes them (text parts joined).
+pub fn messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>> {
+    if messages.is_empty() {
+        return Err(Error::invalid("messages", "messages must not be empty"));
+    }
+    messages
+        .iter()
+        .map(|m| {
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(text)) => text.clone(),
+                Some(Content::Parts(parts)) => {
+                    let mut text = String::new();
+                    for part in parts {
+                        match (part.kind.as_str(), &part.text) {
+                            ("text", Some(t)) => text.push_str(t),
+                            (kind, _) => {
+                                return Err(Error::invalid(
+                                    "messages",
+                                    format!("content parts of type `{kind}` are not supported (only `text` with a `text` field)"),
+                                ));
+                            }
+                        }
+                    }
+                    text
+                }
+            };
+            Ok(ChatMessage::new(m.role.clone(), content))
+        })
+        .collect()
+}
+
+/// Chat log-probs of `tokens`.
+fn logprobs(model: &ServedModel, tokens: &[TokenView<'_>]) -> ChatLogprobs {
+    let entry = |id: u32, logprob: f32| {
+        let token = model.token_text(id);
+        let bytes = token.as_bytes().to_vec();
+        (token, logprob, bytes)
+    };
+    let content = tokens
+        .iter()
+        .map(|t| {
+            let (token, logprob, bytes) = entry(t.id, t.logprob);
+            let top_logprobs = t
+                .top
+                .iter()
+                .map(|&(id, lp)| {
+                    let (token, logprob, bytes) = entry(id, lp);
+                    TopLogprob { token, logprob, bytes }
+                })
+                .collect();
+            TokenLogprob {
+                token,
+                logprob,
+                bytes,
+                top_logprobs,
+            }
+        })
+        .collect();
+    ChatLogprobs { content }
+}
+
+/// What the response's choices are built from.
+struct Shape {
+    id: String,
+    created: u64,
+    model: Arc<ServedModel>,
+    prompt: Vec<u32>,
+    n: usize,
+    logprobs: bool,
+    return_token_ids: bool,
+}
+
+impl Shape {
+    fn response(&self, object: &'static str, choices: Vec<ChatChoice>, usage: Option<Usage>, first: bool) -> Value {
+        serde_json::to_value(ChatResponse {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.model.name.clone(),
+            choices,
+            usage,
+            prompt_token_ids: (self.return_token_ids && first).then(|| self.prompt.clone()),
+        })
+        .unwrap_or_default()
+    }
+
+    fn chunk(&self, choices: Vec<ChatChoice>, usage: Option<Usage>, first: bool) -> Value {
+        self.response("chat.completion.chunk", choices, usage, first)
+    }
+}
+
+/// Stream chunks of a chat: a role chunk per choice, then one per token (and per finish).
+struct ChatChunker {
+    shape: Shape,
+}
+
+impl Chunker for ChatChunker {
+    fn opening(&mut self) -> Vec<Value> {
+        (0..self.shape.n)
+            .map(|index| {
+                let delta = ChatMessageOut {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                };
+                let choice = ChatChoice {
+                    index,
+                    message: None,
+                    delta: Some(delta),
+                    logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                    token_ids: None,
+                };
+                self.shape.chunk(vec![choice], None, index == 0)
+            })
+            .collect()
+    }
+
+    fn update(&mut self, u: ChoiceUpdate<'_>) -> Option<Value> {
+        let finished = u.update.finished.as_ref();
+        if u.update.token.is_none() && finished.is_none() {
+            return None;
+        }
+        let tokens = TokenView::of_update(u.update);
+        let choice = ChatChoice {
+            index: u.choice,
+            message: None,
+            delta: Some(ChatMessageOut {
+                role: None,
+                content: Some(u.delta),
+            }),
+            logprobs: self.shape.logprobs.then(|| logprobs(&self.shape.model, &tokens)),
+            finish_reason: finished.map(|c| c.finish_reason.as_str()),
+            stop_reason: finished.and_then(|c| self.shape.model.stop_reason(&c.stop_reason)),
+            token_ids: self
+                .shape
+                .return_token_ids
+                .then(|| tokens.iter().map(|t| t.id).collect()),
+        };
+        Some(self.shape.chunk(vec![choice], None, false))
+    }
+
+    fn usage(&self, usage: Usage) -> Value {
+        self.shape.chunk(Vec::new(), Some(usage), false)
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(
+    State(state): State<AppState>,
+    WithSampling(request, sampling): WithSampling<ChatRequest>,
+) -> Result<Response> {
+    state.check_model(request.model.as_deref())?;
+    if request.chat_template_kwargs.as_ref().is_some_and(|k| !k.is_empty()) {
+        return Err(Error::invalid(
+            "chat_template_kwargs",
+            "chat_template_kwargs are not supported yet (the template sees messages, add_generation_prompt, bos_token, eos_token)",
+        ));
+    }
+    let model = state.model.clone();
+    let messages = messages(&request.messages)?;
+    let text = model.render_chat(&messages, request.add_generation_prompt, request.continue_final_message)?;
+    let prompt = model.encode(&text, false)?;
+    let room = model.max_model_len.saturating_sub(prompt.len()).max(1) as i64;
+    let max_tokens = match request.max_completion_tokens.or(request.max_tokens) {
+        Some(value) => validate::max_tokens("max_completion_tokens", value, model.max_model_len)?,
+        None => room as usize,
+    };
+    let top = match (request.logprobs, request.top_logprobs) {
+        (true, top) => Some(validate::top_logprobs("top_logprobs", top.unwrap_or(0))?),
+        (false, Some(_)) => return Err(Error::invalid("top_logprobs", "top_logprobs needs logprobs: true")),
+        (false, None) => None,
+    };
+    let params = validate::sampling(&sampling, max_tokens, top)?;
+    let n = params.n;
+    let prompt_tokens = prompt.len();
+    let merged = start(
+        &state,
+        vec![Request {
+            prompt: prompt.clone(),
+            params,
+        }],
+    )
+    .await?;
+    let shape = Shape {
+        id: request_id("chatcmpl"),
+        created: unix_now(),
+        model,
+        prompt,
+        n,
+        logprobs: request.logprobs,
+        return_token_ids: sampling.return_token_ids,
+    };
+    if sampling.stream {
+        let include_usage = sampling.include_usage();
+        return Ok(sse::respond(chunks(
+            merged,
+            ChatChunker { shape },
+            n,
+            prompt_tokens,
+            include_usage,
+        )));
+    }
+    let done = collect(merged, n).await?;
+    let completion_tokens = done.iter().map(|(_, c)| c.tokens.len()).sum();
+    let choices = done
+        .into_iter()
+        .map(|(_, c)| ChatChoice {
+            index: c.index,
+            message: Some(ChatMessageOut {
+                role: Some("assistant"),
+                content: Some(c.text.clone().unwrap_or_default()),
+            }),
+            delta: None,
+            logprobs: shape
+                .logprobs
+                .then(|| logprobs(&shape.model, &TokenView::of_completion(&c))),
+            finish_reason: Some(c.finish_reason.as_str()),
+            stop_reason: shape.model.stop_reason(&c.stop_reason),
+            token_ids: shape.return_token_ids.then(|| c.tokens.clone()),
+        })
+        .collect();
+    let usage = Usage::new(prompt_tokens, completion_tokens);
+    Ok(Json(shape.response("chat.completion", choices, Some(usage), true)).into_response())
+}

@@ -1,0 +1,47 @@
+//! `GET /v1/models`, `GET /health` (200, or 503 once the engine is down),
+//! `GET /version` and `GET /metrics`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+
+use crate::error::Result;
+use crate::protocol::models::{ModelCard, ModelList, Version};
+use crate::state::AppState;
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: state.model.name.clone(),
+            object: "model",
+            created: state.started,
+            owned_by: "grpo",
+            root: state.model.root.clone(),
+            parent: None,
+            max_model_len: state.model.max_model_len,
+        }],
+    })
+}
+
+/// `GET /health`: an empty 200 while the engine answers.
+pub async fn health(State(state): State<AppState>) -> Result<()> {
+    state.backend.stats().await?;
+    Ok(())
+}
+
+/// `GET /version`.
+pub async fn version() -> Json<Version> {
+    Json(Version {
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// `GET /metrics`, in Prometheus' text format.
+pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse> {
+    let stats = state.backend.stats().await?;
+    let text = state.metrics.render(&stats);
+    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text))
+}

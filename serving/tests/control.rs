@@ -1,0 +1,139 @@
+//! The RL control routes and shutdown: pause (keep, abort) and resume,
+//! `/is_paused`; `/update_weights_from_disk` swaps in a checkpoint (the
+//! output changes, and going back restores it) and refuses one that does
+//! not fit, keeping the old weights; a shutdown aborts what still runs
+//! after the grace period and the server returns.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{model_dir, start, write_model};
+use grpo_model::config::Family;
+use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use serde_json::json;
+
+/// A checkpoint folder of the served model's weights, edited by `edit`.
+fn checkpoint(edit: impl Fn(&str, &mut HostTensor)) -> tempfile::TempDir {
+    let source = Safetensors::open_dir(model_dir()).unwrap();
+    let tensors = source
+        .names()
+        .into_iter()
+        .map(|name| {
+            let mut tensor = source.tensor(&name).unwrap();
+            edit(&name, &mut tensor);
+            (name, tensor)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    save_safetensors(dir.path().join("model.safetensors"), &tensors).unwrap();
+    dir
+}
+
+fn greedy() -> serde_json::Value {
+    json!({"prompt": [5, 6, 7], "max_tokens": 6, "temperature": 0, "ignore_eos": true, "return_token_ids": true})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_keep_holds_requests_until_resume_and_abort_ends_them() {
+    let server = std::sync::Arc::new(start(4, |_| {}).await);
+    let (_, paused) = server.get("/is_paused").await;
+    assert_eq!(paused, r#"{"is_paused":false}"#);
+    assert_eq!(server.post("/pause?mode=keep", &json!({})).await.0, 200);
+    assert_eq!(server.get("/is_paused").await.1, r#"{"is_paused":true}"#);
+    let held = {
+        let server = server.clone();
+        tokio::spawn(async move { server.post("/v1/completions", &greedy()).await })
+    };
+    server.wait_for_metric("vllm:num_requests_waiting", 1.0).await;
+    assert_eq!(server.post("/resume", &json!({})).await.0, 200);
+    let (status, answer) = held.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+
+    let mut long = greedy();
+    long["max_tokens"] = json!(50);
+    let running = {
+        let server = server.clone();
+        tokio::spawn(async move { server.post("/v1/completions", &long).await })
+    };
+    server.wait_for_metric("vllm:num_requests_running", 1.0).await;
+    assert_eq!(server.post("/pause?mode=abort", &json!({})).await.0, 200);
+    let (_, answer) = running.await.unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "abort");
+    let (status, answer) = server.post("/pause?mode=sometimes", &json!({})).await;
+    common::assert_error(status, 400, &answer);
+    server.post("/resume", &json!({})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn weights_from_disk_swap_in_and_bad_checkpoints_are_refused() {
+    let server = start(4, |_| {}).await;
+    // Random tiny models all repeat one token greedily: compare log-probs.
+    let ids = |answer: &serde_json::Value| answer["choices"][0]["logprobs"]["token_logprobs"].clone();
+    let mut greedy = greedy();
+    greedy["logprobs"] = json!(1);
+    let greedy = || greedy.clone();
+    let (_, before) = server.post("/v1/completions", &greedy()).await;
+
+    let other = tempfile::tempdir().unwrap();
+    write_model(other.path(), Family::Llama, 1);
+    let update = json!({"model_path": other.path(), "version": 1});
+    let (status, answer) = server.post("/update_weights_from_disk", &update).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["version"], 1);
+    let (_, after) = server.post("/v1/completions", &greedy()).await;
+    assert_ne!(ids(&before), ids(&after), "new weights, new log-probs");
+
+    let misshapen = checkpoint(|name, tensor| {
+        if name == "model.embed_tokens.weight" {
+            *tensor = HostTensor::new(vec![3, 4], vec![0.0; 12]).unwrap();
+        }
+    });
+    let non_finite = checkpoint(|name, tensor| {
+        if name == "model.norm.weight" {
+            tensor.data[0] = f32::NAN;
+        }
+    });
+    let missing = other.path().join("missing");
+    for path in [misshapen.path(), non_finite.path(), missing.as_path()] {
+        let (status, answer) = server
+            .post("/update_weights_from_disk", &json!({"model_path": path, "version": 2}))
+            .await;
+        common::assert_error(status, 400, &answer);
+        let (_, still) = server.post("/v1/completions", &greedy()).await;
+        assert_eq!(ids(&still), ids(&after), "a refused update keeps the old weights");
+    }
+
+    let back = json!({"model_path": model_dir(), "version": 3});
+    assert_eq!(server.post("/update_weights_from_disk", &back).await.0, 200);
+    let (_, restored) = server.post("/v1/completions", &greedy()).await;
+    assert_eq!(ids(&restored), ids(&before));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_aborts_what_runs_after_the_grace_period() {
+    let server = start(4, |config| config.shutdown_grace = Duration::from_millis(200)).await;
+    let mut long = greedy();
+    long["max_tokens"] = json!(55);
+    long["stream"] = json!(true);
+    let response = server.send("/v1/completions", &long).await;
+    let base = server.base.clone();
+    server.wait_for_metric("vllm:num_requests_running", 1.0).await;
+    let stopped = tokio::spawn(server.shutdown());
+    let chunks = common::events(&response.text().await.unwrap());
+    let last = chunks.last().unwrap();
+    assert!(
+        ["abort", "length"].contains(&last["choices"][0]["finish_reason"].as_str().unwrap()),
+        "{last}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), stopped)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        reqwest::get(format!("{base}/health")).await.is_err(),
+        "no longer accepting"
+    );
+}

@@ -1,0 +1,159 @@
+//! Bad input gets the right status and `{"error": {message, type, param,
+//! code}}`, never a panic or a dropped connection, and the server keeps
+//! serving: malformed JSON, wrong types, missing fields, negative or huge
+//! values, an unknown model, an over-long prompt, an oversized body, a
+//! missing or wrong API key, an unknown route. Unknown fields are ignored.
+
+mod common;
+
+use common::{MAX_MODEL_LEN, MODEL, TestServer, assert_error, start, status_json};
+use grpo_serving::auth::ApiKey;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-key";
+const BODY_LIMIT: usize = 16 << 10;
+
+async fn server() -> TestServer {
+    let mut server = start(4, |config| {
+        config.api_key = Some(ApiKey::new(KEY));
+        config.max_body_bytes = BODY_LIMIT;
+    })
+    .await;
+    server.key = Some(KEY.to_string());
+    server
+}
+
+async fn still_serves(server: &TestServer) {
+    let (status, answer) = server
+        .post("/v1/completions", &json!({"prompt": "ok", "max_tokens": 2}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_bodies_get_400s_naming_the_field() {
+    let server = server().await;
+    let completion = |extra: Value| {
+        let mut body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 2});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let cases: Vec<(Value, Option<&str>)> = vec![
+        (completion(json!({"n": "two"})), Some("n")),
+        (completion(json!({"n": 0})), Some("n")),
+        (completion(json!({"max_tokens": -1})), Some("max_tokens")),
+        (
+            completion(json!({"max_tokens": 1_000_000_000_000i64})),
+            Some("max_tokens"),
+        ),
+        (completion(json!({"temperature": -1})), Some("temperature")),
+        (completion(json!({"top_p": 2})), Some("top_p")),
+        (completion(json!({"top_k": -5})), Some("top_k")),
+        (completion(json!({"min_p": 1.5})), Some("min_p")),
+        (completion(json!({"presence_penalty": 3})), Some("presence_penalty")),
+        (completion(json!({"repetition_penalty": 0})), Some("repetition_penalty")),
+        (completion(json!({"seed": -5})), Some("seed")),
+        (completion(json!({"logprobs": 21})), Some("logprobs")),
+        (completion(json!({"stop": [""]})), Some("stop")),
+        (completion(json!({"stop": 7})), Some("stop")),
+        (completion(json!({"stream": "yes"})), Some("stream")),
+        (completion(json!({"prompt": []})), Some("prompt")),
+        (completion(json!({"prompt": [[1, 2], []]})), Some("prompt")),
+        (completion(json!({"prompt": [99999999]})), None),
+        (completion(json!({"prompt": [-3]})), Some("prompt")),
+        (completion(json!({"n": 5})), None),
+        (json!({"model": MODEL}), None),
+    ];
+    for (body, param) in cases {
+        let (status, answer) = server.post("/v1/completions", &body).await;
+        assert_error(status, 400, &answer);
+        if let Some(param) = param {
+            assert_eq!(
+                answer["error"]["param"].as_str().map(|p| p.split('.').next().unwrap()),
+                Some(param),
+                "{body} → {answer}"
+            );
+            assert!(answer["error"]["message"].as_str().unwrap().contains(param), "{answer}");
+        }
+    }
+    let chats = [
+        json!({"model": MODEL}),
+        json!({"messages": []}),
+        json!({"messages": "hi"}),
+        json!({"messages": [{"role": "user"}], "max_completion_tokens": 0}),
+        json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+        json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
+        json!({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": false}}),
+    ];
+    for body in chats {
+        let (status, answer) = server.post("/v1/chat/completions", &body).await;
+        assert_error(status, 400, &answer);
+    }
+    let (status, answer) = server.post("/detokenize", &json!({"tokens": [1, "a"]})).await;
+    assert_error(status, 400, &answer);
+    still_serves(&server).await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_oversized_unknown_and_unauthorized_requests() {
+    let server = server().await;
+    let raw = |body: &'static str| {
+        server
+            .request(reqwest::Method::POST, "/v1/completions")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for body in [
+        "{\"prompt\": ",
+        "not json",
+        "",
+        "[1, 2]",
+        "{\"prompt\": \"a\"} trailing",
+    ] {
+        let (status, answer) = status_json(raw(body).await.unwrap()).await;
+        assert_error(status, 400, &answer);
+    }
+
+    let (status, answer) = server
+        .post("/v1/completions", &json!({"model": "gpt-9", "prompt": "hi"}))
+        .await;
+    assert!(assert_error(status, 404, &answer).contains("gpt-9"));
+
+    let long: Vec<u32> = (0..MAX_MODEL_LEN as u32 + 10).collect();
+    let (status, answer) = server
+        .post("/v1/completions", &json!({"prompt": long, "max_tokens": 1}))
+        .await;
+    let message = assert_error(status, 400, &answer);
+    assert!(
+        message.contains(&(MAX_MODEL_LEN + 10).to_string()) && message.contains(&MAX_MODEL_LEN.to_string()),
+        "{message}"
+    );
+
+    let big = json!({"prompt": "x".repeat(BODY_LIMIT * 2)});
+    let (status, answer) = server.post("/v1/completions", &big).await;
+    assert_error(status, 413, &answer);
+
+    let (status, answer) = server.post("/v1/no/such/route", &json!({})).await;
+    assert_error(status, 404, &answer);
+
+    let unknown = json!({"prompt": "hi", "max_tokens": 2, "no_such_field": [1, 2, 3], "suffix": null});
+    assert_eq!(server.post("/v1/completions", &unknown).await.0, 200);
+
+    let anonymous = reqwest::Client::new();
+    let url = format!("{}/v1/completions", server.base);
+    let body = json!({"prompt": "hi", "max_tokens": 2});
+    for key in [None, Some("wrong"), Some("sk-test-ke")] {
+        let mut request = anonymous.post(&url).json(&body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let (status, answer) = status_json(request.send().await.unwrap()).await;
+        assert_error(status, 401, &answer);
+    }
+    let health = anonymous.get(format!("{}/health", server.base)).send().await.unwrap();
+    assert_eq!(health.status().as_u16(), 200, "/health needs no key");
+    still_serves(&server).await;
+    server.shutdown().await;
+}

@@ -1,0 +1,92 @@
+//! `grpo serve --model M`: the rollout engine behind a vLLM-compatible
+//! OpenAI HTTP server (`/v1/completions`, `/v1/chat/completions`,
+//! `/v1/models`, `/health`, `/metrics`, `/tokenize`, the RL control routes).
+//! Once listening it prints `listening on HOST:PORT`; ctrl-c or SIGTERM
+//! stops accepting, lets running requests finish (30 s at most), then exits.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::pretrained::Pretrained;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_serving::auth::ApiKey;
+use grpo_serving::{Server, ServerConfig, shutdown_signal};
+use grpo_xla::{ElementType, Platform};
+
+use crate::cli::platform::PlatformArgs;
+
+/// Arguments of `grpo serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    model: String,
+    /// Address to listen on; 0.0.0.0 opens the server to other machines.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    host: IpAddr,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every route but /health, /version and /metrics.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// The model name requests use (default: --model).
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Sequences decoded together (engine slots).
+    #[arg(long, default_value_t = 8)]
+    max_num_seqs: usize,
+    /// Longest prompt + completion, in tokens (capped at the model's context).
+    #[arg(long, default_value_t = 1024)]
+    max_model_len: usize,
+    /// cpu, cuda, tpu, or the path of a PJRT plugin.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = grpo_serving::DEFAULT_MAX_BODY_BYTES)]
+    max_body_bytes: usize,
+}
+
+/// The plugin `--device` names.
+fn platform(device: &str) -> PlatformArgs {
+    let (platform, plugin) = match device.parse::<Platform>() {
+        Ok(platform) => (platform, None),
+        Err(_) => (Platform::Cpu, Some(PathBuf::from(device))),
+    };
+    PlatformArgs {
+        platform,
+        plugin,
+        cpu_devices: 1,
+    }
+}
+
+/// Builds the engine and serves it until ctrl-c or SIGTERM.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let model = Pretrained::open(&args.model)?;
+    let tokenizer = Arc::new(model.tokenizer.context("serving needs a model with a tokenizer")?);
+    let client = platform(&args.device).client()?;
+    let decoder = Decoder::new(model.config.clone());
+    let dtype = ElementType::F32;
+    let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), dtype)?;
+    let engine_config = EngineConfig {
+        max_num_seqs: args.max_num_seqs,
+        max_model_len: args.max_model_len.min(model.config.max_positions),
+        dtype,
+    };
+    let engine = Engine::new(&client, decoder, params, engine_config)?;
+    let mut config = ServerConfig::new(args.served_model_name.clone().unwrap_or_else(|| args.model.clone()));
+    config.model_root = args.model.clone();
+    config.api_key = args.api_key.as_deref().map(ApiKey::new);
+    config.max_body_bytes = args.max_body_bytes;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let server = Server::bind(SocketAddr::new(args.host, args.port), engine, tokenizer, config).await?;
+        println!("listening on {}", server.local_addr());
+        server.serve(shutdown_signal()).await?;
+        Ok(())
+    })
+}

@@ -33,6 +33,12 @@ pub enum Error {
     /// A model, weights or tokenizer problem.
     #[error(transparent)]
     Model(#[from] grpo_model::Error),
+    /// The rollout engine failed.
+    #[error(transparent)]
+    Rollout(#[from] grpo_rollout::Error),
+    /// A reward failed (under `on_error = "fail"`).
+    #[error(transparent)]
+    Reward(#[from] grpo_reward::Error),
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

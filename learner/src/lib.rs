@@ -13,6 +13,8 @@
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
+//! - [`grpo`]: one on-policy GRPO iteration in one process (engine →
+//!   rewards → advantages → train step → weights back to the engine).
 //! - [`trainer`]: the GRPO train step over a decoder as one XLA program
 //!   (or micro-batch gradients accumulated, then the update).
 
@@ -23,6 +25,7 @@ pub mod batch;
 pub mod checkpoint;
 pub mod data;
 mod error;
+pub mod grpo;
 pub mod loss;
 pub mod schedule;
 pub mod trainer;

@@ -6,7 +6,8 @@
 //! handles all queued commands between steps (so aborts, weight updates
 //! and new requests land between decode steps). With nothing to do it
 //! sleeps on the command channel. Pausing:
-//! - [`PauseMode::Abort`] aborts every waiting and running request;
+//! - [`PauseMode::Abort`] aborts every waiting and running request (and
+//!   those held back by an earlier pause);
 //! - [`PauseMode::Wait`] lets the requests the engine holds finish
 //!   (answering once they have);
 //! - [`PauseMode::Keep`] freezes them where they are until resumed.
@@ -262,6 +263,8 @@ impl Actor {
     fn handle(&mut self, command: Command) {
         match command {
             Command::Generate { .. } if self.paused => self.held_back.push_back(command),
+            // A caller that stopped waiting (while held back by a pause) is dropped.
+            Command::Generate { reply, .. } if reply.is_closed() => {}
             Command::Generate {
                 request,
                 updates,
@@ -292,6 +295,12 @@ impl Actor {
                 self.paused = true;
                 match mode {
                     PauseMode::Abort => {
+                        // Requests held back by an earlier pause are aborted too:
+                        // their streams open and end at once.
+                        let held: Vec<Command> = self.held_back.drain(..).collect();
+                        self.paused = false;
+                        held.into_iter().for_each(|command| self.handle(command));
+                        self.paused = true;
                         for id in self.engine.requests() {
                             self.engine.abort(id);
                         }

@@ -124,6 +124,27 @@ fn dropping_a_stream_aborts_and_pauses_keep_drain_or_abort() {
         );
         handle.resume().await.unwrap();
 
+        // Held back by a pause: a caller that gives up is dropped on resume;
+        // a later Pause(Abort) aborts the others.
+        handle.pause(PauseMode::Keep).await.unwrap();
+        let gone = {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.generate(request(10, 1, 5)).await.map(|s| s.id) })
+        };
+        let waiting = {
+            let handle = handle.clone();
+            tokio::spawn(async move { collect(handle.generate(request(11, 2, 50)).await.unwrap()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        gone.abort();
+        assert!(gone.await.is_err(), "the caller gave up");
+        handle.pause(PauseMode::Abort).await.unwrap();
+        let ended = waiting.await.unwrap();
+        assert!(ended.len() == 2 && ended.iter().all(|c| c.finish_reason == FinishReason::Abort));
+        handle.resume().await.unwrap();
+        let idle = handle.stats().await.unwrap();
+        assert_eq!((idle.engine.running, idle.engine.waiting, idle.held_back), (0, 0, 0));
+
         // Abort: running samples end now with what they drew.
         let mut aborted = handle.generate(request(9, 1, 60)).await.unwrap();
         aborted.next().await.unwrap().unwrap();

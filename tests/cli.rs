@@ -255,3 +255,85 @@ fn generate_with_the_chat_template_matches_transformers_greedy() {
     let message = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && message.contains("top_p"), "{message}");
 }
+
+/// A run config for a tiny random model in `dir` (see `grpo_run_…`), with `extra` appended.
+fn tiny_run(dir: &std::path::Path, extra: &str) -> PathBuf {
+    let model = dir.join("tiny");
+    stdout(&grpo_installed(&[
+        "init-model",
+        "--family",
+        "llama",
+        "--preset",
+        "tiny",
+        "--out",
+        model.to_str().unwrap(),
+    ]));
+    let rows: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"Say {}:\", \"answer\": \"{}\"}}\n", i % 10, i % 10))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let config = dir.join("config.toml");
+    let text = format!(
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmax_steps = 2\nmicro_batch_size = 4\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"contains\"\n{extra}"
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[test]
+fn grpo_run_appends_metrics_and_writes_the_final_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "");
+    let config = config.to_str().unwrap();
+    for _ in 0..2 {
+        let out = grpo_installed(&["run", config]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let metrics = std::fs::read_to_string(dir.path().join("out/metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4, "two runs of two steps append: {metrics}");
+    for line in &lines {
+        for key in [
+            "reward",
+            "reward_std",
+            "frac_reward_zero_std",
+            "loss",
+            "grad_norm",
+            "entropy",
+            "step_time",
+        ] {
+            assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
+        }
+    }
+    // The final folder is a model folder grpo (and transformers) loads.
+    let final_dir = dir.path().join("out/final");
+    let scored = grpo_installed(&[
+        "logprobs",
+        "--model",
+        final_dir.to_str().unwrap(),
+        "--input",
+        "/dev/null",
+    ]);
+    assert!(scored.status.success(), "{}", String::from_utf8_lossy(&scored.stderr));
+}
+
+#[test]
+fn grpo_run_refuses_bad_configs_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "");
+    let config = config.to_str().unwrap();
+    for (set, needle) in [
+        ("rollout.group_size=1", "group_size"),
+        ("optimizer.lr=0.0", "lr"),
+        ("trainer.typo=3", "typo"),
+        ("algorithm.loss_type=\"ppo\"", "loss_type"),
+    ] {
+        let out = grpo_installed(&["run", config, "--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{set}: {err}");
+    }
+    assert!(
+        !dir.path().join("out").exists(),
+        "nothing is written before the config is valid"
+    );
+}

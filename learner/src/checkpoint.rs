@@ -113,6 +113,21 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Writes the policy alone as a Hugging Face folder at `dir` (e.g.
+/// `OUT/final/`), atomically through a staging sibling.
+pub fn save_model(dir: &Path, config: &ModelConfig, tokenizer: &Tokenizer, params: &[(&str, &Buffer)]) -> Result<()> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
+    let staging = dir.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
+    }
+    grpo_model::pretrained::write_model_dir(&staging, &config.to_hf_json(), config, &named(params)?, tokenizer)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| io(dir, "replace", e))?;
+    }
+    std::fs::rename(&staging, dir).map_err(|e| io(dir, "move into place", e))
+}
+
 /// The newest complete checkpoint under `out`, if any.
 pub fn latest(out: &Path) -> Option<PathBuf> {
     let entries = std::fs::read_dir(out).ok()?;

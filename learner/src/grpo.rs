@@ -365,6 +365,16 @@ impl GrpoLoop {
     pub fn params(&self) -> &[Buffer] {
         &self.state.params
     }
+
+    /// The parameters with their names.
+    pub fn named_params(&self) -> Vec<(&str, &Buffer)> {
+        self.decoder
+            .parameters()
+            .iter()
+            .map(|p| p.name.as_str())
+            .zip(&self.state.params)
+            .collect()
+    }
 }
 
 /// A micro-batch's device inputs (see [`crate::trainer::batch_types`]).

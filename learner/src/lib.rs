@@ -8,6 +8,8 @@
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
 //! - [`checkpoint`]: atomic checkpoints (HF folder, optimizer state,
 //!   loop state) and finding the newest for resume.
+//! - [`config`]: the run config of `grpo run` (TOML sections, documented
+//!   defaults, unknown keys and bad values refused naming them).
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
 //!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
@@ -23,6 +25,7 @@
 pub mod advantage;
 pub mod batch;
 pub mod checkpoint;
+pub mod config;
 pub mod data;
 mod error;
 pub mod grpo;

@@ -8,6 +8,7 @@ mod init_model;
 mod logprobs;
 mod platform;
 mod reward;
+mod run;
 mod serve;
 mod setup;
 mod worker;
@@ -24,6 +25,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Fine-tune a policy with GRPO as a run config says.
+    Run(run::RunArgs),
     /// Install a PJRT plugin (the CPU one by default) into grpo's cache folder.
     Setup(setup::SetupArgs),
     /// Show the plugin, its versions and its devices.
@@ -60,6 +63,7 @@ impl Cli {
             Command::InitModel(args) => init_model::run(&args),
             Command::Logprobs(args) => logprobs::run(&args),
             Command::Reward(args) => reward::run(&args),
+            Command::Run(args) => run::run(&args),
             Command::Bench(command) => command.run(),
         }
     }

@@ -1,0 +1,361 @@
+//! The run config of `grpo run`: one TOML file whose sections compose the
+//! components' settings. Every field has a documented default; unknown keys
+//! are refused naming them, and invalid values are refused before any work
+//! starts. The `[[reward]]` and `[reward_pool]` tables belong to
+//! grpo-reward and are read there.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::advantage::ScaleRewards;
+use crate::error::{Error, Result};
+use crate::grpo::GrpoConfig;
+use crate::loss::{GrpoLoss, Importance, LossType};
+use crate::schedule::{Decay, Schedule};
+
+/// The whole run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The policy.
+    pub model: ModelSection,
+    /// The prompts.
+    pub data: DataSection,
+    /// Generation.
+    #[serde(default)]
+    pub rollout: RolloutSection,
+    /// The GRPO objective.
+    #[serde(default)]
+    pub algorithm: AlgorithmSection,
+    /// AdamW and the learning rate.
+    #[serde(default)]
+    pub optimizer: OptimizerSection,
+    /// Steps and batches.
+    #[serde(default)]
+    pub trainer: TrainerSection,
+    /// Outputs.
+    #[serde(default)]
+    pub logging: LoggingSection,
+}
+
+/// `[model]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// A model folder, a .gguf file, or `smollm2-135m-instruct`. Required.
+    pub name: String,
+}
+
+/// `[data]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// A JSONL file of prompts, relative to the config file. Required.
+    pub path: PathBuf,
+    /// The column holding the prompt (text or chat turns). Default "prompt".
+    #[serde(default = "default_prompt_column")]
+    pub prompt_column: String,
+    /// Rows held out for evaluation. Default 0.
+    #[serde(default)]
+    pub eval_size: usize,
+    /// The seed of the split and of the prompt order. Default 0.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_prompt_column() -> String {
+    "prompt".to_string()
+}
+
+/// `[rollout]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutSection {
+    /// Samples per prompt (G ≥ 2). Default 8.
+    pub group_size: usize,
+    /// Prompts per step. Default 8.
+    pub prompts_per_step: usize,
+    /// Most completion tokens. Default 32.
+    pub max_completion_tokens: usize,
+    /// Sampling temperature. Default 1.0.
+    pub temperature: f32,
+    /// Longest prompt + completion. Default 256.
+    pub max_model_len: usize,
+    /// The seed of the rollouts' sampling. Default 0.
+    pub seed: u32,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        RolloutSection {
+            group_size: 8,
+            prompts_per_step: 8,
+            max_completion_tokens: 32,
+            temperature: 1.0,
+            max_model_len: 256,
+            seed: 0,
+        }
+    }
+}
+
+/// `[algorithm]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgorithmSection {
+    /// "dapo" (token mean; default), "grpo" (sequence mean), "dr_grpo".
+    pub loss_type: String,
+    /// Lower clip range. Default 0.2.
+    pub epsilon: f32,
+    /// Upper clip range; default = epsilon.
+    pub epsilon_high: Option<f32>,
+    /// KL weight (needs a reference; 0 = none). Default 0.
+    pub beta: f32,
+    /// "group" (default), "batch" or "none".
+    pub scale_rewards: String,
+    /// "token" (truncated IS; default), "sequence" (masking) or "none".
+    pub importance: String,
+    /// The IS cap. Default 2.0.
+    pub importance_cap: f32,
+}
+
+impl Default for AlgorithmSection {
+    fn default() -> Self {
+        AlgorithmSection {
+            loss_type: "dapo".to_string(),
+            epsilon: 0.2,
+            epsilon_high: None,
+            beta: 0.0,
+            scale_rewards: "group".to_string(),
+            importance: "token".to_string(),
+            importance_cap: 2.0,
+        }
+    }
+}
+
+/// `[optimizer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimizerSection {
+    /// Peak learning rate. Default 1e-6.
+    pub lr: f64,
+    /// AdamW weight decay. Default 0.0.
+    pub weight_decay: f64,
+    /// Warm-up steps. Default 0.
+    pub warmup_steps: usize,
+    /// "constant" (default), "linear" or "cosine".
+    pub schedule: String,
+    /// Global gradient-norm clipping (0 disables). Default 1.0.
+    pub max_grad_norm: f64,
+}
+
+impl Default for OptimizerSection {
+    fn default() -> Self {
+        OptimizerSection {
+            lr: 1e-6,
+            weight_decay: 0.0,
+            warmup_steps: 0,
+            schedule: "constant".to_string(),
+            max_grad_norm: 1.0,
+        }
+    }
+}
+
+/// `[trainer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainerSection {
+    /// Steps of the run. Default 100.
+    pub max_steps: usize,
+    /// Sequences per micro-batch. Default 16.
+    pub micro_batch_size: usize,
+}
+
+impl Default for TrainerSection {
+    fn default() -> Self {
+        TrainerSection {
+            max_steps: 100,
+            micro_batch_size: 16,
+        }
+    }
+}
+
+/// `[logging]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingSection {
+    /// The output folder (metrics.jsonl, final/), relative to the config file. Default "runs/grpo".
+    pub out: PathBuf,
+}
+
+impl Default for LoggingSection {
+    fn default() -> Self {
+        LoggingSection {
+            out: PathBuf::from("runs/grpo"),
+        }
+    }
+}
+
+fn invalid(field: &'static str, message: String) -> Error {
+    Error::Config { field, message }
+}
+
+fn choice<T: Copy>(field: &'static str, value: &str, options: &[(&str, T)]) -> Result<T> {
+    options
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+            invalid(field, format!("`{value}`; choose one of {}", names.join(", ")))
+        })
+}
+
+impl RunConfig {
+    /// Reads `path`; data and output paths become relative to its folder.
+    pub fn from_file(path: &Path) -> Result<RunConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Data {
+            path: path.to_path_buf(),
+            line: 0,
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::from_toml_at(&text, path.parent().unwrap_or(Path::new(".")))
+    }
+
+    /// Parses TOML text of a config file in folder `base` (relative data
+    /// and output paths are taken from there) and validates it.
+    pub fn from_toml_at(text: &str, base: &Path) -> Result<RunConfig> {
+        let mut config = Self::from_toml_str(text)?;
+        config.data.path = base.join(&config.data.path);
+        config.logging.out = base.join(&config.logging.out);
+        Ok(config)
+    }
+
+    /// Parses TOML text (the reward tables are left to grpo-reward) and validates it.
+    pub fn from_toml_str(text: &str) -> Result<RunConfig> {
+        let mut table: toml::Table = text.parse().map_err(|e| invalid("config", format!("not TOML: {e}")))?;
+        table.remove("reward");
+        table.remove("reward_pool");
+        let config: RunConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid("config", e.message().to_string()))?;
+        config.grpo()?;
+        Ok(config)
+    }
+
+    /// Applies `section.key=value` overrides (TOML values) before validation.
+    pub fn with_overrides(text: &str, overrides: &[String]) -> Result<String> {
+        let mut table: toml::Table = text.parse().map_err(|e| invalid("config", format!("not TOML: {e}")))?;
+        for item in overrides {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| invalid("--set", format!("`{item}` is not section.key=value")))?;
+            let (section, field) = key
+                .split_once('.')
+                .ok_or_else(|| invalid("--set", format!("`{key}` is not section.key")))?;
+            let parsed: toml::Value = format!("v = {value}")
+                .parse::<toml::Table>()
+                .map(|mut t| t.remove("v").expect("parsed one key"))
+                .unwrap_or_else(|_| toml::Value::String(value.to_string()));
+            let entry = table
+                .entry(section.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let toml::Value::Table(section_table) = entry else {
+                return Err(invalid("--set", format!("`{section}` is not a section")));
+            };
+            section_table.insert(field.to_string(), parsed);
+        }
+        toml::to_string(&table).map_err(|e| invalid("--set", e.to_string()))
+    }
+
+    /// The loop's settings, checked.
+    pub fn grpo(&self) -> Result<GrpoConfig> {
+        let r = &self.rollout;
+        let a = &self.algorithm;
+        let o = &self.optimizer;
+        if r.group_size < 2 {
+            return Err(invalid("rollout.group_size", format!("{}: at least 2", r.group_size)));
+        }
+        if r.prompts_per_step == 0 || r.max_completion_tokens == 0 || self.trainer.micro_batch_size == 0 {
+            return Err(invalid(
+                "rollout.prompts_per_step",
+                "prompts_per_step, max_completion_tokens and trainer.micro_batch_size must be ≥ 1".to_string(),
+            ));
+        }
+        let loss_type = choice(
+            "algorithm.loss_type",
+            &a.loss_type,
+            &[
+                ("dapo", LossType::Dapo),
+                ("grpo", LossType::Grpo),
+                ("dr_grpo", LossType::DrGrpo),
+            ],
+        )?;
+        let scale_rewards = choice(
+            "algorithm.scale_rewards",
+            &a.scale_rewards,
+            &[
+                ("group", ScaleRewards::Group),
+                ("batch", ScaleRewards::Batch),
+                ("none", ScaleRewards::None),
+            ],
+        )?;
+        let importance = match a.importance.as_str() {
+            "none" => Importance::Off,
+            "token" => Importance::Token { cap: a.importance_cap },
+            "sequence" => Importance::Sequence { cap: a.importance_cap },
+            other => {
+                return Err(invalid(
+                    "algorithm.importance",
+                    format!("`{other}`; choose one of token, sequence, none"),
+                ));
+            }
+        };
+        let decay = choice(
+            "optimizer.schedule",
+            &o.schedule,
+            &[
+                ("constant", Decay::Constant),
+                ("linear", Decay::Linear),
+                ("cosine", Decay::Cosine),
+            ],
+        )?;
+        let config = GrpoConfig {
+            group_size: r.group_size,
+            prompts_per_step: r.prompts_per_step,
+            max_completion_tokens: r.max_completion_tokens,
+            temperature: r.temperature,
+            loss: GrpoLoss {
+                loss_type,
+                epsilon: a.epsilon,
+                epsilon_high: a.epsilon_high.unwrap_or(a.epsilon),
+                beta: a.beta,
+                importance,
+            },
+            scale_rewards,
+            schedule: Schedule {
+                lr: o.lr,
+                warmup: o.warmup_steps,
+                total: self.trainer.max_steps.max(1),
+                decay,
+            },
+            optimizer: grpo_xla::trace::AdamW {
+                weight_decay: o.weight_decay,
+                ..grpo_xla::trace::AdamW::default()
+            },
+            max_grad_norm: (o.max_grad_norm > 0.0).then_some(o.max_grad_norm),
+            micro_batch_rows: self.trainer.micro_batch_size,
+            max_tokens: r.max_model_len,
+            seed: r.seed,
+        };
+        config.loss.validate()?;
+        if config.loss.beta > 0.0 {
+            return Err(invalid(
+                "algorithm.beta",
+                "a KL term needs a reference policy, which `grpo run` does not load yet; use 0".to_string(),
+            ));
+        }
+        config.schedule.validate()?;
+        Ok(config)
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Writes the arithmetic task's prompts: one- and two-digit additions and
+subtractions as chat turns, with the answer column the math reward checks.
+
+    python3 examples/arithmetic/make_data.py [--rows 2200] [--seed 0]
+
+Output: examples/arithmetic/data.jsonl, one row per line:
+{"prompt": [{"role": "user", "content": "What is 47 - 9? ..."}], "answer": "38"}
+The run config holds out 200 rows for evaluation (`[data] eval_size`)."""
+
+import argparse
+import json
+import pathlib
+import random
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2200)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    out = pathlib.Path(__file__).with_name("data.jsonl")
+    with out.open("w") as f:
+        for _ in range(args.rows):
+            digits = rng.choice([1, 2])
+            a = rng.randint(0, 10**digits - 1)
+            b = rng.randint(0, 10**digits - 1)
+            op = rng.choice(["+", "-"])
+            answer = a + b if op == "+" else a - b
+            question = f"What is {a} {op} {b}? Give the answer as a number at the end, like: The answer is 7."
+            row = {"prompt": [{"role": "user", "content": question}], "answer": str(answer)}
+            f.write(json.dumps(row) + "\n")
+    print(f"wrote {args.rows} rows to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -97,6 +97,26 @@ impl ChatTemplate {
         bos_token: &str,
         eos_token: &str,
     ) -> Result<String> {
+        self.render_with(
+            messages,
+            add_generation_prompt,
+            bos_token,
+            eos_token,
+            &serde_json::Map::new(),
+        )
+    }
+
+    /// As [`ChatTemplate::render`], with `extra` variables for the template
+    /// (transformers' `apply_chat_template(**kwargs)`, e.g. `enable_thinking`);
+    /// they cannot replace `messages`, `add_generation_prompt` or the tokens.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        bos_token: &str,
+        eos_token: &str,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let messages: Vec<Value> = messages.iter().map(|m| Value::from_object(m.clone())).collect();
         let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         template
@@ -107,6 +127,7 @@ impl ChatTemplate {
                 eos_token,
                 tools => Value::from(()),
                 documents => Value::from(()),
+                ..Value::from_serialize(extra)
             })
             .map_err(template_error)
     }

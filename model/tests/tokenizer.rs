@@ -346,3 +346,24 @@ fn unsupported_gguf_specs_are_errors_naming_the_cause() {
         "twice",
     );
 }
+
+#[test]
+fn extra_template_variables_reach_the_template_but_not_over_its_own() {
+    let template =
+        ChatTemplate::new("{% if enable_thinking %}<think>{% endif %}{{ messages[0].content }}{{ eos_token }}")
+            .unwrap();
+    let messages = [ChatMessage::new("user", "hi")];
+    let mut extra = serde_json::Map::new();
+    extra.insert("enable_thinking".to_string(), serde_json::json!(true));
+    assert_eq!(
+        template.render_with(&messages, false, "", "</s>", &extra).unwrap(),
+        "<think>hi</s>"
+    );
+    assert_eq!(template.render(&messages, false, "", "</s>").unwrap(), "hi</s>");
+    extra.insert("eos_token".to_string(), serde_json::json!("X"));
+    extra.insert("messages".to_string(), serde_json::json!([]));
+    assert_eq!(
+        template.render_with(&messages, false, "", "</s>", &extra).unwrap(),
+        "<think>hi</s>"
+    );
+}

@@ -63,6 +63,7 @@ impl ServedModel {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         continue_final_message: bool,
+        template_kwargs: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String> {
         let template = self.chat_template.as_ref().ok_or_else(|| Error::InvalidRequest {
             message: "the model's tokenizer has no chat template: use /v1/completions".to_string(),
@@ -76,11 +77,12 @@ impl ServedModel {
         }
         let special = self.tokenizer.special_tokens();
         let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
-        let text = template.render(
+        let text = template.render_with(
             messages,
             add_generation_prompt,
             &token(special.bos),
             &token(special.eos),
+            template_kwargs,
         )?;
         if !continue_final_message {
             return Ok(text);

@@ -83,12 +83,16 @@ async fn bad_bodies_get_400s_naming_the_field() {
         json!({"messages": [{"role": "user"}], "max_completion_tokens": 0}),
         json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
         json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}),
-        json!({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"enable_thinking": false}}),
+        json!({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 3}),
     ];
     for body in chats {
         let (status, answer) = server.post("/v1/chat/completions", &body).await;
         assert_error(status, 400, &answer);
     }
+    let with_kwargs = json!({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 2,
+        "chat_template_kwargs": {"enable_thinking": false}});
+    let (status, answer) = server.post("/v1/chat/completions", &with_kwargs).await;
+    assert_eq!(status, 200, "chat_template_kwargs reach the template: {answer}");
     let (status, answer) = server.post("/detokenize", &json!({"tokens": [1, "a"]})).await;
     assert_error(status, 400, &answer);
     still_serves(&server).await;

@@ -55,7 +55,7 @@ pub struct ChatRequest {
     /// Leave the last message open, for the model to continue it.
     #[serde(default)]
     pub continue_final_message: bool,
-    /// Extra variables for the template (not supported yet: refused when not empty).
+    /// Extra variables for the chat template (e.g. `enable_thinking`).
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 

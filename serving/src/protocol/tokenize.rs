@@ -22,6 +22,9 @@ pub struct TokenizeRequest {
     /// Chat form: leave the last message open.
     #[serde(default)]
     pub continue_final_message: bool,
+    /// Chat form: extra variables for the chat template.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Also return each token as spelled in the vocabulary.
     #[serde(default)]
     pub return_token_strs: bool,

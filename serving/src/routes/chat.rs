@@ -179,15 +179,15 @@ pub async fn chat(
     WithSampling(request, sampling): WithSampling<ChatRequest>,
 ) -> Result<Response> {
     state.check_model(request.model.as_deref())?;
-    if request.chat_template_kwargs.as_ref().is_some_and(|k| !k.is_empty()) {
-        return Err(Error::invalid(
-            "chat_template_kwargs",
-            "chat_template_kwargs are not supported yet (the template sees messages, add_generation_prompt, bos_token, eos_token)",
-        ));
-    }
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
-    let text = model.render_chat(&messages, request.add_generation_prompt, request.continue_final_message)?;
+    let kwargs = request.chat_template_kwargs.clone().unwrap_or_default();
+    let text = model.render_chat(
+        &messages,
+        request.add_generation_prompt,
+        request.continue_final_message,
+        &kwargs,
+    )?;
     let prompt = model.encode(&text, false)?;
     let room = model.max_model_len.saturating_sub(prompt.len()).max(1) as i64;
     let max_tokens = match request.max_completion_tokens.or(request.max_tokens) {

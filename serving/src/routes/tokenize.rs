@@ -25,6 +25,7 @@ pub async fn tokenize(
                 &messages(chat)?,
                 request.add_generation_prompt,
                 request.continue_final_message,
+                &request.chat_template_kwargs.clone().unwrap_or_default(),
             )?;
             model.encode(&text, request.add_special_tokens.unwrap_or(false))?
         }

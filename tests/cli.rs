@@ -305,14 +305,16 @@ fn grpo_run_appends_metrics_and_writes_the_final_model() {
             assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
         }
     }
-    // The final folder is a model folder grpo (and transformers) loads.
+    // The final folder is a model folder grpo loads and scores with (one line through XLA).
     let final_dir = dir.path().join("out/final");
+    let input = dir.path().join("score.jsonl");
+    std::fs::write(&input, "{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n").unwrap();
     let scored = grpo_installed(&[
         "logprobs",
         "--model",
         final_dir.to_str().unwrap(),
         "--input",
-        "/dev/null",
+        input.to_str().unwrap(),
     ]);
     assert!(scored.status.success(), "{}", String::from_utf8_lossy(&scored.stderr));
 }

@@ -1,36 +1,11 @@
 //! The `grpo` binary end to end: devices, the matmul benchmark, the disk
 //! compile cache across processes, and errors for bad choices.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-use grpo_xla::{Platform, PluginSearch};
-
-/// The installed CPU plugin, so runs with a fresh cache folder skip setup.
-fn cpu_plugin() -> PathBuf {
-    PluginSearch::from_environment(Platform::Cpu)
-        .find(Platform::Cpu)
-        .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn grpo(cache: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(args)
-        .env("GRPO_CACHE_DIR", cache)
-        .env("GRPO_PJRT_PLUGIN", cpu_plugin())
-        .output()
-        .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "grpo failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use common::{cpu_plugin, grpo, grpo_installed, stdout};
 
 #[test]
 fn devices_lists_the_plugin_and_its_devices() {
@@ -88,11 +63,6 @@ fn bad_choices_are_errors_that_say_what_to_do() {
         !dtype.status.success() && message.contains("not a float type"),
         "{message}"
     );
-}
-
-/// `grpo` with the real cache folder (for the bundled model).
-fn grpo_installed(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_grpo")).args(args).output().unwrap()
 }
 
 fn parity_fixture(family: &str) -> PathBuf {
@@ -254,88 +224,4 @@ fn generate_with_the_chat_template_matches_transformers_greedy() {
     let bad = grpo_installed(&["generate", "--prompt", "x", "--top-p", "0"]);
     let message = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && message.contains("top_p"), "{message}");
-}
-
-/// A run config for a tiny random model in `dir` (see `grpo_run_…`), with `extra` appended.
-fn tiny_run(dir: &std::path::Path, extra: &str) -> PathBuf {
-    let model = dir.join("tiny");
-    stdout(&grpo_installed(&[
-        "init-model",
-        "--family",
-        "llama",
-        "--preset",
-        "tiny",
-        "--out",
-        model.to_str().unwrap(),
-    ]));
-    let rows: String = (0..12)
-        .map(|i| format!("{{\"prompt\": \"Say {}:\", \"answer\": \"{}\"}}\n", i % 10, i % 10))
-        .collect();
-    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
-    let config = dir.join("config.toml");
-    let text = format!(
-        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmax_steps = 2\nmicro_batch_size = 4\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"contains\"\n{extra}"
-    );
-    std::fs::write(&config, text).unwrap();
-    config
-}
-
-#[test]
-fn grpo_run_appends_metrics_and_writes_the_final_model() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = tiny_run(dir.path(), "");
-    let config = config.to_str().unwrap();
-    for _ in 0..2 {
-        let out = grpo_installed(&["run", config]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let metrics = std::fs::read_to_string(dir.path().join("out/metrics.jsonl")).unwrap();
-    let lines: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 4, "two runs of two steps append: {metrics}");
-    for line in &lines {
-        for key in [
-            "reward",
-            "reward_std",
-            "frac_reward_zero_std",
-            "loss",
-            "grad_norm",
-            "entropy",
-            "step_time",
-        ] {
-            assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
-        }
-    }
-    // The final folder is a model folder grpo loads and scores with (one line through XLA).
-    let final_dir = dir.path().join("out/final");
-    let input = dir.path().join("score.jsonl");
-    std::fs::write(&input, "{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n").unwrap();
-    let scored = grpo_installed(&[
-        "logprobs",
-        "--model",
-        final_dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ]);
-    assert!(scored.status.success(), "{}", String::from_utf8_lossy(&scored.stderr));
-}
-
-#[test]
-fn grpo_run_refuses_bad_configs_naming_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = tiny_run(dir.path(), "");
-    let config = config.to_str().unwrap();
-    for (set, needle) in [
-        ("rollout.group_size=1", "group_size"),
-        ("optimizer.lr=0.0", "lr"),
-        ("trainer.typo=3", "typo"),
-        ("algorithm.loss_type=\"ppo\"", "loss_type"),
-    ] {
-        let out = grpo_installed(&["run", config, "--set", set]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(needle), "{set}: {err}");
-    }
-    assert!(
-        !dir.path().join("out").exists(),
-        "nothing is written before the config is valid"
-    );
 }

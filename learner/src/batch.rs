@@ -1,8 +1,10 @@
 //! From scored rollouts to the train step's micro-batches: each sequence is
 //! prompt + completion, right-padded to one token bucket for the whole
-//! step (a power of two, so a run compiles a handful of programs), cut
+//! step (see [`token_bucket`]: a run compiles a handful of programs), cut
 //! into micro-batches of a fixed number of rows (the last one padded with
 //! empty rows that count for nothing).
+
+use grpo_xla::{Buffer, Client, Pred};
 
 use crate::error::{Error, Result};
 use crate::loss::LossType;
@@ -44,6 +46,24 @@ pub struct MicroBatch {
     pub advantages: Vec<f32>,
 }
 
+impl MicroBatch {
+    /// Its device inputs in [`crate::trainer::batch_types`] order, with the
+    /// loss `normalizer` this micro-batch divides by.
+    pub fn upload(&self, client: &Client, normalizer: f32) -> Result<Vec<Buffer>> {
+        let device = client.device(0)?;
+        let (b, t) = (self.shape.rows as i64, self.shape.tokens as i64);
+        let attention: Vec<Pred> = self.attention.iter().map(|&a| Pred::from(a)).collect();
+        Ok(vec![
+            client.buffer_from_host(&self.ids, &[b, t], device)?,
+            client.buffer_from_host(&attention, &[b, t], device)?,
+            client.buffer_from_host(&self.completion, &[b, t - 1], device)?,
+            client.buffer_from_host(&self.behaviour, &[b, t - 1], device)?,
+            client.buffer_from_host(&self.advantages, &[b], device)?,
+            client.buffer_from_host(&[normalizer], &[], device)?,
+        ])
+    }
+}
+
 /// A step's micro-batches and the loss normalizer of the whole batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepBatch {
@@ -55,9 +75,14 @@ pub struct StepBatch {
     pub tokens: usize,
 }
 
-/// The token bucket holding sequences of `len` tokens, at most `max`.
+/// The token bucket holding sequences of `len` tokens, at most `max`:
+/// `len` rounded up to a power of two or to 1.5 times one (16, 24, 32, 48,
+/// 64, 96, 128, 192, …), so padding stays under a third of a row while a
+/// run compiles two programs per octave of sequence length at most.
 pub fn token_bucket(len: usize, max: usize) -> usize {
-    len.next_power_of_two().max(MIN_TOKENS).min(max.max(MIN_TOKENS))
+    let power = len.next_power_of_two();
+    let bucket = if len <= power / 4 * 3 { power / 4 * 3 } else { power };
+    bucket.max(MIN_TOKENS).min(max.max(MIN_TOKENS))
 }
 
 /// Packs `rollouts` into micro-batches of `rows` rows; sequences longer

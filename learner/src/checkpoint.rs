@@ -40,13 +40,12 @@ pub struct CheckpointParts<'a> {
     pub state: serde_json::Value,
 }
 
-/// A checkpoint read back.
+/// A checkpoint's training state read back; its parameters are a model
+/// folder, read with `Pretrained::open(dir)` like any other.
 #[derive(Debug)]
 pub struct LoadedCheckpoint {
     /// Its folder.
     pub dir: PathBuf,
-    /// Parameters by name.
-    pub params: BTreeMap<String, HostTensor>,
     /// Optimizer state by name.
     pub optimizer: BTreeMap<String, HostTensor>,
     /// The loop's state.
@@ -128,21 +127,53 @@ pub fn save_model(dir: &Path, config: &ModelConfig, tokenizer: &Tokenizer, param
     std::fs::rename(&staging, dir).map_err(|e| io(dir, "move into place", e))
 }
 
-/// The newest complete checkpoint under `out`, if any.
-pub fn latest(out: &Path) -> Option<PathBuf> {
-    let entries = std::fs::read_dir(out).ok()?;
-    entries
+/// The complete checkpoints under `out` with their steps, oldest first.
+fn complete(out: &Path) -> Vec<(u64, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, PathBuf)> = entries
         .flatten()
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
             let step: u64 = name.strip_prefix("checkpoint-")?.parse().ok()?;
             entry.path().join(STATE_FILE).is_file().then(|| (step, entry.path()))
         })
-        .max_by_key(|(step, _)| *step)
-        .map(|(_, path)| path)
+        .collect();
+    found.sort();
+    found
 }
 
-/// Reads a checkpoint folder back.
+/// The newest complete checkpoint under `out`, if any.
+pub fn latest(out: &Path) -> Option<PathBuf> {
+    complete(out).pop().map(|(_, path)| path)
+}
+
+/// Deletes all but the newest `keep` complete checkpoints under `out`
+/// (`keep` 0 keeps all) and any staging folder a crashed write left;
+/// returns how many checkpoints went.
+pub fn prune(out: &Path, keep: usize) -> Result<usize> {
+    if let Ok(entries) = std::fs::read_dir(out) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".checkpoint-") && name.contains(".partial-") {
+                std::fs::remove_dir_all(entry.path()).map_err(|e| io(&entry.path(), "remove", e))?;
+            }
+        }
+    }
+    let found = complete(out);
+    if keep == 0 || found.len() <= keep {
+        return Ok(0);
+    }
+    let old = &found[..found.len() - keep];
+    for (_, dir) in old {
+        std::fs::remove_dir_all(dir).map_err(|e| io(dir, "remove", e))?;
+    }
+    Ok(old.len())
+}
+
+/// Reads a checkpoint folder's optimizer and loop state back.
 pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
     let read_all = |source: &dyn WeightSource| -> Result<BTreeMap<String, HostTensor>> {
         source
@@ -154,7 +185,6 @@ pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
             })
             .collect()
     };
-    let params = read_all(&Safetensors::open_files(&[dir.join("model.safetensors")])?)?;
     let optimizer = read_all(&Safetensors::open_files(&[dir.join(OPTIMIZER_FILE)])?)?;
     let state_path = dir.join(STATE_FILE);
     let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, "read", e))?;
@@ -165,7 +195,6 @@ pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
     })?;
     Ok(LoadedCheckpoint {
         dir: dir.to_path_buf(),
-        params,
         optimizer,
         state,
     })

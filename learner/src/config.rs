@@ -34,6 +34,9 @@ pub struct RunConfig {
     /// Steps and batches.
     #[serde(default)]
     pub trainer: TrainerSection,
+    /// Checkpoints.
+    #[serde(default)]
+    pub checkpoint: CheckpointSection,
     /// Outputs.
     #[serde(default)]
     pub logging: LoggingSection,
@@ -169,6 +172,9 @@ pub struct TrainerSection {
     pub max_steps: usize,
     /// Sequences per micro-batch. Default 16.
     pub micro_batch_size: usize,
+    /// Greedy eval on the held-out rows before the first step, every this
+    /// many steps and after the last (0: never). Default 10.
+    pub eval_every: usize,
 }
 
 impl Default for TrainerSection {
@@ -176,6 +182,27 @@ impl Default for TrainerSection {
         TrainerSection {
             max_steps: 100,
             micro_batch_size: 16,
+            eval_every: 10,
+        }
+    }
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointSection {
+    /// Write `OUT/checkpoint-<step>/` every this many steps and after the
+    /// last (0: only the final policy). Default 20.
+    pub every: usize,
+    /// Keep the newest this many checkpoints, deleting older ones (0: all). Default 3.
+    pub keep_last: usize,
+}
+
+impl Default for CheckpointSection {
+    fn default() -> Self {
+        CheckpointSection {
+            every: 20,
+            keep_last: 3,
         }
     }
 }
@@ -236,9 +263,11 @@ impl RunConfig {
         let mut table: toml::Table = text.parse().map_err(|e| invalid("config", format!("not TOML: {e}")))?;
         table.remove("reward");
         table.remove("reward_pool");
-        let config: RunConfig = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid("config", e.message().to_string()))?;
+        let config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            let message = e.into_inner().message().to_string();
+            invalid("config", format!("`{key}`: {message}"))
+        })?;
         config.grpo()?;
         Ok(config)
     }

@@ -12,24 +12,28 @@
 //! completions and their micro-batches on the host.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use grpo_model::chat::{ChatMessage, ChatTemplate};
+use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_reward::{Message, RewardPool, Sample};
+use grpo_model::weights::HostTensor;
+use grpo_reward::RewardPool;
 use grpo_rollout::engine::{Engine, InFlight};
-use grpo_rollout::request::{Request, SamplingParams};
-use grpo_xla::trace::{AdamW, TrainState};
-use grpo_xla::{Buffer, Client, ElementType};
+use grpo_rollout::output::FinishReason;
+use grpo_rollout::request::SamplingParams;
+use grpo_xla::trace::{AdamW, Optimizer, TrainState};
+use grpo_xla::{Buffer, Client, ElementType, TensorType};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
-use crate::checkpoint::host_tensor;
-use crate::data::{Example, Prompt, PromptSampler};
+use crate::checkpoint::{CheckpointParts, LoadedCheckpoint, host_tensor};
+use crate::collect::{Collected, PromptEncoder, collect};
+use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::loss::GrpoLoss;
+use crate::record::RolloutRow;
 use crate::schedule::Schedule;
 use crate::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
 
@@ -65,7 +69,8 @@ pub struct GrpoConfig {
 /// What one step did (TRL's metric names where they exist).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StepReport {
-    /// The step (0-based).
+    /// The step's number (1-based, as TRL's `global_step`): the policy
+    /// after it is version `step`, its checkpoint `checkpoint-<step>`.
     pub step: usize,
     /// Mean reward of the scored samples.
     pub reward: f64,
@@ -99,18 +104,47 @@ pub struct StepReport {
     pub time_weight_sync: f64,
 }
 
+/// What a greedy evaluation on held-out prompts found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EvalReport {
+    /// Prompts evaluated.
+    pub prompts: usize,
+    /// Mean reward of the greedy completions.
+    pub reward: f64,
+    /// Fraction of prompts whose greedy completion earned a positive reward
+    /// (for 0/1 rewards such as `math`: the accuracy).
+    pub accuracy: f64,
+    /// Mean completion length in tokens.
+    pub mean_length: f64,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+/// Where the loop is, as a checkpoint's `trainer_state.json` keeps it. The
+/// rollouts' sampling seeds derive from the step, so this is all a resumed
+/// run needs to continue exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoopState {
+    /// Steps completed.
+    pub step: u64,
+    /// The prompt sampler's position.
+    pub sampler: SamplerState,
+    /// The data order's seed (a resumed run must use the same).
+    pub data_seed: u64,
+}
+
 /// The GRPO iteration's components and state.
 pub struct GrpoLoop {
     client: Client,
     decoder: Decoder,
-    tokenizer: Arc<Tokenizer>,
-    template: Option<ChatTemplate>,
+    encoder: PromptEncoder,
     engine: Engine,
     rewards: RewardPool,
     runtime: tokio::runtime::Runtime,
     config: GrpoConfig,
     data: Vec<Example>,
     sampler: PromptSampler,
+    data_seed: u64,
     state: TrainState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
     step: usize,
@@ -123,7 +157,7 @@ pub struct GrpoParts {
     /// The policy's decoder.
     pub decoder: Decoder,
     /// Its tokenizer (with the chat template for chat prompts).
-    pub tokenizer: Arc<Tokenizer>,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
     /// The rollout engine (with the same tokenizer, for completion text).
     pub engine: Engine,
     /// The rewards.
@@ -136,9 +170,94 @@ pub struct GrpoParts {
     pub params: Vec<Buffer>,
 }
 
+/// A checkpoint's state for the loop to continue from (its parameters are
+/// the [`GrpoParts::params`] and the engine's weights).
+pub struct Resume {
+    /// The loop state.
+    pub state: LoopState,
+    /// The optimizer state, in [`Optimizer::state_spec`] order (empty before the first step).
+    pub optimizer: Vec<Buffer>,
+}
+
+impl Resume {
+    /// The loop and optimizer state of `checkpoint`, uploaded.
+    pub fn from_checkpoint(
+        checkpoint: &LoadedCheckpoint,
+        client: &Client,
+        decoder: &Decoder,
+        optimizer: &AdamW,
+    ) -> Result<Resume> {
+        let state: LoopState = serde_json::from_value(checkpoint.state.clone()).map_err(|e| Error::Data {
+            path: checkpoint.dir.join(crate::checkpoint::STATE_FILE),
+            line: 0,
+            message: format!("not a grpo run's loop state: {e}"),
+        })?;
+        let device = client.device(0)?;
+        let names = optimizer_names(decoder, optimizer);
+        let buffers = if checkpoint.optimizer.is_empty() {
+            Vec::new()
+        } else {
+            names
+                .iter()
+                .map(|(name, ty)| {
+                    let tensor = checkpoint.optimizer.get(name).ok_or_else(|| Error::Data {
+                        path: checkpoint.dir.join(crate::checkpoint::OPTIMIZER_FILE),
+                        line: 0,
+                        message: format!(
+                            "no optimizer tensor `{name}`: the checkpoint is of another model or optimizer"
+                        ),
+                    })?;
+                    let dims = tensor.dims_i64();
+                    if dims != ty.dims {
+                        return Err(Error::Data {
+                            path: checkpoint.dir.join(crate::checkpoint::OPTIMIZER_FILE),
+                            line: 0,
+                            message: format!("`{name}` has shape {dims:?}, the model needs {:?}", ty.dims),
+                        });
+                    }
+                    Ok(client.buffer_from_host(&tensor.data, &dims, device)?)
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok(Resume {
+            state,
+            optimizer: buffers,
+        })
+    }
+}
+
+/// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
+/// the parameters (`m.model.norm.weight`), as checkpoints store them.
+fn optimizer_names(decoder: &Decoder, optimizer: &AdamW) -> Vec<(String, TensorType)> {
+    let params: Vec<TensorType> = decoder
+        .parameters()
+        .iter()
+        .map(|p| TensorType::new(ElementType::F32, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+        .collect();
+    optimizer
+        .state_spec(&params)
+        .into_iter()
+        .map(|(name, ty)| {
+            let named = match name.split_once('.') {
+                Some((slot, index)) => match index.parse::<usize>() {
+                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
+                    Err(_) => name,
+                },
+                None => name,
+            };
+            (named, ty)
+        })
+        .collect()
+}
+
 impl GrpoLoop {
-    /// The loop from its parts.
+    /// The loop from its parts, starting at step 0.
     pub fn new(parts: GrpoParts, config: GrpoConfig) -> Result<GrpoLoop> {
+        Self::resume(parts, config, None)
+    }
+
+    /// The loop from its parts, continuing from `resume` when given.
+    pub fn resume(parts: GrpoParts, config: GrpoConfig, resume: Option<Resume>) -> Result<GrpoLoop> {
         let GrpoParts {
             client,
             decoder,
@@ -157,7 +276,6 @@ impl GrpoLoop {
         }
         config.loss.validate()?;
         config.schedule.validate()?;
-        let template = tokenizer.chat_template().map(ChatTemplate::new).transpose()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -166,109 +284,91 @@ impl GrpoLoop {
                 field: "runtime",
                 message: format!("cannot start the reward runtime: {e}"),
             })?;
-        let sampler = PromptSampler::new(data.len(), data_seed);
-        let optimizer_state = TrainState {
-            params,
-            optimizer: Vec::new(),
+        let mut engine = engine;
+        let (sampler, step, optimizer) = match resume {
+            Some(Resume { state, optimizer }) => {
+                if state.data_seed != data_seed {
+                    return Err(Error::Config {
+                        field: "data.seed",
+                        message: format!(
+                            "the checkpoint's run used seed {}, this config {data_seed}: resume with the same data settings",
+                            state.data_seed
+                        ),
+                    });
+                }
+                // The engine was built with the checkpoint's weights: they are version `step`.
+                engine.update_weights(state.step, &[], InFlight::Keep)?;
+                (
+                    PromptSampler::resume(data.len(), data_seed, state.sampler),
+                    state.step as usize,
+                    optimizer,
+                )
+            }
+            None => (PromptSampler::new(data.len(), data_seed), 0, Vec::new()),
         };
         Ok(GrpoLoop {
             client,
             decoder,
-            tokenizer,
-            template,
+            encoder: PromptEncoder::new(tokenizer)?,
             engine,
             rewards,
             runtime,
             config,
             data,
             sampler,
-            state: optimizer_state,
+            data_seed,
+            state: TrainState { params, optimizer },
             steps: HashMap::new(),
-            step: 0,
+            step,
         })
     }
 
-    /// The prompt's token ids (chat prompts through the template).
-    fn encode(&self, prompt: &Prompt) -> Result<(String, Vec<Message>, Vec<u32>)> {
-        let (text, messages) = match prompt {
-            Prompt::Text(text) => (text.clone(), Vec::new()),
-            Prompt::Chat(turns) => {
-                let template = self.template.as_ref().ok_or_else(|| Error::Config {
-                    field: "prompt",
-                    message: "chat prompts need a tokenizer with a chat template".to_string(),
-                })?;
-                let special = self.tokenizer.special_tokens();
-                let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
-                let chat: Vec<ChatMessage> = turns.iter().map(|t| ChatMessage::new(&t.role, &t.content)).collect();
-                let text = template.render(&chat, true, &token(special.bos), &token(special.eos))?;
-                let messages = turns
-                    .iter()
-                    .map(|t| Message {
-                        role: t.role.clone(),
-                        content: t.content.clone(),
-                    })
-                    .collect();
-                (text, messages)
-            }
-        };
-        let ids = self.tokenizer.encode(&text, true)?;
-        Ok((text, messages, ids))
+    /// Steps completed.
+    pub fn steps_done(&self) -> usize {
+        self.step
     }
 
-    /// Runs one step and reports it.
-    pub fn step(&mut self) -> Result<StepReport> {
-        let c = self.config.clone();
-        let started = Instant::now();
-        let rows = self.sampler.next_batch(c.prompts_per_step);
-        let mut prompts = Vec::with_capacity(rows.len());
-        for &row in &rows {
-            prompts.push(self.encode(&self.data[row].prompt)?);
+    /// Where the loop is (what a checkpoint stores).
+    pub fn loop_state(&self) -> LoopState {
+        LoopState {
+            step: self.step as u64,
+            sampler: self.sampler.state(),
+            data_seed: self.data_seed,
         }
-        let requests: Vec<Request> = prompts
-            .iter()
-            .enumerate()
-            .map(|(i, (_, _, ids))| Request {
-                prompt: ids.clone(),
-                params: SamplingParams {
-                    n: c.group_size,
-                    max_tokens: c.max_completion_tokens,
-                    temperature: c.temperature,
-                    seed: c.seed.wrapping_add((self.step * c.prompts_per_step + i) as u32),
-                    ..SamplingParams::default()
-                },
-            })
-            .collect();
-        let groups = self.engine.generate(&requests)?;
-        let generated = started.elapsed().as_secs_f64();
+    }
 
-        let scoring = Instant::now();
-        let mut samples = Vec::new();
-        for (g, (group, (text, messages, _))) in groups.iter().zip(&prompts).enumerate() {
-            for completion in group {
-                samples.push(Sample {
-                    id: samples.len() as u64,
-                    group_id: g as u64,
-                    prompt: text.clone(),
-                    messages: messages.clone(),
-                    completion: completion.text.clone().unwrap_or_default(),
-                    completion_ids: completion.tokens.clone(),
-                    row: self.data[rows[g]].columns.clone(),
-                });
-            }
-        }
-        let totals = self.runtime.block_on(self.rewards.score(&samples))?;
-        let rewards: Vec<Option<f32>> = totals.iter().map(|t| t.reward).collect();
+    /// Runs one step and reports it with the step's rollouts.
+    pub fn step(&mut self) -> Result<(StepReport, Vec<RolloutRow>)> {
+        let c = self.config.clone();
+        let rows = self.sampler.next_batch(c.prompts_per_step);
+        let examples: Vec<&Example> = rows.iter().map(|&r| &self.data[r]).collect();
+        let first_seed = self.step * c.prompts_per_step;
+        let collected = collect(
+            &mut self.engine,
+            &self.rewards,
+            &self.runtime,
+            &self.encoder,
+            &examples,
+            |i| SamplingParams {
+                n: c.group_size,
+                max_tokens: c.max_completion_tokens,
+                temperature: c.temperature,
+                seed: c.seed.wrapping_add((first_seed + i) as u32),
+                ..SamplingParams::default()
+            },
+        )?;
+        let rewards = collected.rewards();
         let adv = advantages(&rewards, c.group_size, c.scale_rewards)?;
-        let scored = scoring.elapsed().as_secs_f64();
 
         let training = Instant::now();
-        let completions: Vec<_> = groups.iter().flatten().collect();
-        let rollouts: Vec<Rollout> = completions
+        let rollouts: Vec<Rollout> = collected
+            .groups
             .iter()
-            .zip(prompts.iter().flat_map(|p| std::iter::repeat_n(&p.2, c.group_size)))
+            .zip(&collected.prompts)
+            .flat_map(|(group, prompt)| group.iter().map(move |completion| (completion, prompt)))
             .enumerate()
             .map(|(i, (completion, prompt))| Rollout {
-                prompt: prompt.clone(),
+                prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
                 behaviour_logprobs: completion.logprobs.clone(),
                 advantage: adv.values[i],
@@ -291,7 +391,7 @@ impl GrpoLoop {
         let uploaded = batch
             .micro_batches
             .iter()
-            .map(|m| upload_micro_batch(&self.client, m, share))
+            .map(|m| m.upload(&self.client, share))
             .collect::<Result<Vec<_>>>()?;
         let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
         if self.state.optimizer.is_empty() {
@@ -302,14 +402,7 @@ impl GrpoLoop {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors = self
-            .decoder
-            .parameters()
-            .iter()
-            .map(|p| p.name.clone())
-            .zip(&self.state.params)
-            .map(|(name, buffer)| Ok((name, host_tensor(buffer)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let tensors = self.host_params()?;
         self.engine
             .update_weights(self.step as u64 + 1, &tensors, InFlight::Keep)?;
         let synced = syncing.elapsed().as_secs_f64();
@@ -318,30 +411,122 @@ impl GrpoLoop {
         let mean = present.iter().sum::<f64>() / present.len().max(1) as f64;
         let std = (present.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / present.len().max(1) as f64).sqrt();
         let tokens = batch.tokens.max(1) as f64;
+        let samples = collected.completions().count().max(1) as f64;
         let report = StepReport {
-            step: self.step,
+            step: self.step + 1,
             reward: mean,
             reward_std: std,
             frac_reward_zero_std: adv.frac_zero_std(),
-            mean_length: completions.iter().map(|c| c.tokens.len()).sum::<usize>() as f64 / completions.len() as f64,
-            clipped_ratio: completions
-                .iter()
-                .filter(|c| c.finish_reason == grpo_rollout::output::FinishReason::Length)
+            mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / samples,
+            clipped_ratio: collected
+                .completions()
+                .filter(|c| c.finish_reason == FinishReason::Length)
                 .count() as f64
-                / completions.len() as f64,
+                / samples,
             loss: metrics.loss,
             grad_norm: metrics.grad_norm,
             learning_rate: lr,
             entropy: f64::from(metrics.metrics[3]) / tokens,
             clip_ratio_low: f64::from(metrics.metrics[0]) / tokens,
             clip_ratio_high: f64::from(metrics.metrics[1]) / tokens,
-            time_generation: generated,
-            time_reward: scored,
+            time_generation: collected.time_generation,
+            time_reward: collected.time_reward,
             time_train: trained,
             time_weight_sync: synced,
         };
+        let log = self.rollout_rows(&rows, &collected, &rewards, &adv.values);
         self.step += 1;
-        Ok(report)
+        Ok((report, log))
+    }
+
+    /// The step's rollouts as rollout-log rows (the step numbered 1-based).
+    fn rollout_rows(
+        &self,
+        rows: &[usize],
+        collected: &Collected,
+        rewards: &[Option<f32>],
+        advantages: &[f32],
+    ) -> Vec<RolloutRow> {
+        let mut log = Vec::with_capacity(rewards.len());
+        for (g, (group, prompt)) in collected.groups.iter().zip(&collected.prompts).enumerate() {
+            let columns = serde_json::Value::Object(self.data[rows[g]].columns.clone()).to_string();
+            for completion in group {
+                let i = log.len();
+                log.push(RolloutRow {
+                    step: self.step as u64 + 1,
+                    policy_version: completion.versions.first().copied().unwrap_or(self.step as u64),
+                    group: g as u32,
+                    sample: completion.index as u32,
+                    prompt: prompt.text.clone(),
+                    completion: completion.text.clone().unwrap_or_default(),
+                    reward: rewards[i],
+                    advantage: advantages[i],
+                    completion_tokens: completion.tokens.len() as u32,
+                    finish_reason: completion.finish_reason.as_str().to_string(),
+                    columns: columns.clone(),
+                });
+            }
+        }
+        log
+    }
+
+    /// Greedy completions of `examples` (one each, at most
+    /// `max_completion_tokens`), scored by the rewards.
+    pub fn evaluate(&mut self, examples: &[Example]) -> Result<EvalReport> {
+        let started = Instant::now();
+        let rows: Vec<&Example> = examples.iter().collect();
+        let max_tokens = self.config.max_completion_tokens;
+        let collected = collect(
+            &mut self.engine,
+            &self.rewards,
+            &self.runtime,
+            &self.encoder,
+            &rows,
+            |_| SamplingParams {
+                max_tokens,
+                temperature: 0.0,
+                ..SamplingParams::default()
+            },
+        )?;
+        let rewards = collected.rewards();
+        let n = rewards.len().max(1) as f64;
+        Ok(EvalReport {
+            prompts: rows.len(),
+            reward: rewards.iter().map(|r| f64::from(r.unwrap_or(0.0))).sum::<f64>() / n,
+            accuracy: rewards.iter().filter(|r| r.is_some_and(|r| r > 0.0)).count() as f64 / n,
+            mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / n,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Writes `OUT/checkpoint-<step>/` (policy, optimizer state, loop state), atomically.
+    pub fn checkpoint(&self, out: &Path, config: &ModelConfig, tokenizer: &Tokenizer) -> Result<PathBuf> {
+        let names = optimizer_names(&self.decoder, &self.config.optimizer);
+        let optimizer: Vec<(&str, &Buffer)> = names
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .zip(&self.state.optimizer)
+            .collect();
+        let state = serde_json::to_value(self.loop_state()).expect("the loop state serializes");
+        crate::checkpoint::save(
+            out,
+            &CheckpointParts {
+                step: self.step as u64,
+                config,
+                tokenizer,
+                params: self.named_params(),
+                optimizer,
+                state,
+            },
+        )
+    }
+
+    /// The learner's parameters as named host tensors.
+    fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
+        self.named_params()
+            .into_iter()
+            .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
+            .collect()
     }
 
     /// Compiles the GRPO step for `count` micro-batches of `shape` unless it is.
@@ -361,6 +546,11 @@ impl GrpoLoop {
         Ok(())
     }
 
+    /// Train-step programs compiled so far (one per token bucket and accumulation mode).
+    pub fn compiled_steps(&self) -> usize {
+        self.steps.len()
+    }
+
     /// The learner's current parameters (f32, the decoder's order).
     pub fn params(&self) -> &[Buffer] {
         &self.state.params
@@ -375,19 +565,4 @@ impl GrpoLoop {
             .zip(&self.state.params)
             .collect()
     }
-}
-
-/// A micro-batch's device inputs (see [`crate::trainer::batch_types`]).
-fn upload_micro_batch(client: &Client, m: &crate::batch::MicroBatch, normalizer: f32) -> Result<Vec<Buffer>> {
-    let d = client.device(0)?;
-    let (b, t) = (m.shape.rows as i64, m.shape.tokens as i64);
-    let attention: Vec<grpo_xla::Pred> = m.attention.iter().map(|&a| grpo_xla::Pred::from(a)).collect();
-    Ok(vec![
-        client.buffer_from_host(&m.ids, &[b, t], d)?,
-        client.buffer_from_host(&attention, &[b, t], d)?,
-        client.buffer_from_host(&m.completion, &[b, t - 1], d)?,
-        client.buffer_from_host(&m.behaviour, &[b, t - 1], d)?,
-        client.buffer_from_host(&m.advantages, &[b], d)?,
-        client.buffer_from_host(&[normalizer], &[], d)?,
-    ])
 }

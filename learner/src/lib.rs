@@ -8,6 +8,8 @@
 //!   Dr. GRPO normalizations — with its clip and KL statistics.
 //! - [`checkpoint`]: atomic checkpoints (HF folder, optimizer state,
 //!   loop state) and finding the newest for resume.
+//! - [`collect`]: rows → prompts (chat through the template) → the
+//!   engine's completions → rewards; shared by training and evaluation.
 //! - [`config`]: the run config of `grpo run` (TOML sections, documented
 //!   defaults, unknown keys and bad values refused naming them).
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
@@ -15,6 +17,11 @@
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
+//! - [`record`]: the rollout log, `OUT/rollouts.parquet` — a Parquet
+//!   dataset folder of one atomically written part per step, truncated
+//!   on resume.
+//! - [`plot`]: a PNG of training reward and eval accuracy by step from
+//!   `OUT/metrics.jsonl`, with an embedded font.
 //! - [`grpo`]: one on-policy GRPO iteration in one process (engine →
 //!   rewards → advantages → train step → weights back to the engine).
 //! - [`trainer`]: the GRPO train step over a decoder as one XLA program
@@ -25,11 +32,14 @@
 pub mod advantage;
 pub mod batch;
 pub mod checkpoint;
+pub mod collect;
 pub mod config;
 pub mod data;
 mod error;
 pub mod grpo;
 pub mod loss;
+pub mod plot;
+pub mod record;
 pub mod schedule;
 pub mod trainer;
 

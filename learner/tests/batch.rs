@@ -50,8 +50,13 @@ fn rollouts_pack_right_padded_with_completion_masks() {
 #[test]
 fn buckets_and_refusals() {
     assert_eq!(token_bucket(3, 1024), 16);
-    assert_eq!(token_bucket(17, 1024), 32);
-    assert_eq!(token_bucket(70, 100), 100);
+    assert_eq!(token_bucket(17, 1024), 24);
+    assert_eq!(token_bucket(24, 1024), 24);
+    assert_eq!(token_bucket(25, 1024), 32);
+    assert_eq!(token_bucket(77, 1024), 96);
+    assert_eq!(token_bucket(97, 1024), 128);
+    assert_eq!(token_bucket(70, 100), 96);
+    assert_eq!(token_bucket(99, 100), 100, "never past the maximum");
     let long = [rollout(&[1; 40], &[2; 30], 1.0, true)];
     assert!(
         pack(&long, 1, 64, LossType::Dapo, 8)

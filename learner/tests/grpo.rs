@@ -109,11 +109,11 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
         params,
     };
     let mut grpo = GrpoLoop::new(parts, config).unwrap();
-    let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap()).collect();
+    let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap().0).collect();
     let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
     eprintln!("reward {first:.3} → {last:.3}");
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
     assert!(reports.iter().all(|r| r.loss.is_finite() && r.grad_norm.is_finite()));
-    assert_eq!(reports[39].step, 39);
+    assert_eq!(reports[39].step, 40);
 }

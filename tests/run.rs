@@ -1,0 +1,220 @@
+//! `grpo run` end to end on a tiny random model: what a run writes
+//! (metrics with evals, the rollout log, checkpoints, the final folder, the
+//! plot), config errors naming the key, and a run killed with SIGKILL that
+//! resumes to the same parameters as a run never interrupted.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{grpo_installed, stdout};
+use grpo_learner::record::read_rollouts;
+
+/// A run config for a tiny random model in `dir`, with `extra` appended
+/// (later keys of a section are refused by TOML, so `extra` adds tables).
+fn tiny_run(dir: &Path, trainer: &str) -> PathBuf {
+    let model = dir.join("tiny");
+    if !model.exists() {
+        stdout(&grpo_installed(&[
+            "init-model",
+            "--family",
+            "llama",
+            "--preset",
+            "tiny",
+            "--out",
+            model.to_str().unwrap(),
+        ]));
+    }
+    let rows: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"Say {}:\", \"answer\": \"{}\"}}\n", i % 10, i % 10))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let config = dir.join("config.toml");
+    let text = format!(
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmicro_batch_size = 4\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"regex\"\npattern = \"^ [a-m]\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn run_ok(args: &[&str]) {
+    let out = grpo_installed(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(
+        dir.path(),
+        "max_steps = 4\neval_every = 2\n\n[checkpoint]\nevery = 2\nkeep_last = 1",
+    );
+    let config = config.to_str().unwrap();
+    run_ok(&["run", config]);
+    let out = dir.path().join("out");
+
+    let metrics = lines(&out.join("metrics.jsonl"));
+    let steps: Vec<u64> = metrics.iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        [0, 1, 2, 3, 4],
+        "an eval line before training, then one line per step"
+    );
+    for line in &metrics[1..] {
+        for key in [
+            "reward",
+            "reward_std",
+            "frac_reward_zero_std",
+            "loss",
+            "grad_norm",
+            "entropy",
+            "step_time",
+            "time_generation",
+            "time_train",
+        ] {
+            assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
+        }
+    }
+    let evals: Vec<u64> = metrics
+        .iter()
+        .filter(|l| l.get("eval_accuracy").is_some())
+        .map(|l| l["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(evals, [0, 2, 4], "evals before training, every 2 steps and at the end");
+
+    let rows = read_rollouts(&out.join("rollouts.parquet")).unwrap();
+    assert_eq!(rows.len(), 4 * 2 * 2, "every sample of every step");
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.step, 1 + i as u64 / 4);
+        assert_eq!(
+            row.policy_version,
+            row.step - 1,
+            "sampled by the policy before the step"
+        );
+        assert!(row.columns.contains("\"answer\""), "{}", row.columns);
+    }
+
+    assert!(out.join("checkpoint-4").is_dir());
+    assert!(!out.join("checkpoint-2").exists(), "keep_last = 1 pruned the older one");
+    assert!(out.join("progress.png").is_file());
+    // The final folder is a model folder grpo loads and scores with (one line through XLA).
+    let input = dir.path().join("score.jsonl");
+    std::fs::write(&input, "{\"prompt_ids\": [1, 2], \"completion_ids\": [3]}\n").unwrap();
+    let final_dir = out.join("final");
+    run_ok(&[
+        "logprobs",
+        "--model",
+        final_dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]);
+
+    let again = grpo_installed(&["run", config]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("--resume"),
+        "a second run refuses the folder: {err}"
+    );
+}
+
+#[test]
+fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
+    let trainer = "max_steps = 8\neval_every = 4\n\n[checkpoint]\nevery = 4\nkeep_last = 0";
+    let whole = tempfile::tempdir().unwrap();
+    run_ok(&["run", tiny_run(whole.path(), trainer).to_str().unwrap()]);
+
+    let killed = tempfile::tempdir().unwrap();
+    let config = tiny_run(killed.path(), trainer);
+    let out = killed.path().join("out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !out.join("checkpoint-4").is_dir() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before its first checkpoint"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "no checkpoint in 10 minutes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run must still be working on steps 5–8 when it is killed"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!out.join("final").exists());
+
+    run_ok(&["run", config.to_str().unwrap(), "--resume"]);
+    let same = |file: &str| {
+        let a = std::fs::read(whole.path().join("out/checkpoint-8").join(file)).unwrap();
+        let b = std::fs::read(out.join("checkpoint-8").join(file)).unwrap();
+        assert!(a == b, "{file} differs between the whole and the resumed run");
+    };
+    let before = std::fs::read(killed.path().join("tiny/model.safetensors")).unwrap();
+    let after = std::fs::read(out.join("checkpoint-8/model.safetensors")).unwrap();
+    assert!(before.len() == after.len() && before != after, "the run trained");
+    same("model.safetensors");
+    same("optimizer.safetensors");
+    same("trainer_state.json");
+
+    let rows = |dir: &Path| read_rollouts(&dir.join("rollouts.parquet")).unwrap();
+    assert_eq!(
+        rows(&out),
+        rows(&whole.path().join("out")),
+        "no rollout row lost or repeated"
+    );
+    let steps = |dir: &Path| -> Vec<(u64, f64)> {
+        lines(&dir.join("metrics.jsonl"))
+            .iter()
+            .filter(|l| l.get("reward").is_some())
+            .map(|l| (l["step"].as_u64().unwrap(), l["reward"].as_f64().unwrap()))
+            .collect()
+    };
+    assert_eq!(
+        steps(&out),
+        steps(&whole.path().join("out")),
+        "each step logged once, the same"
+    );
+}
+
+#[test]
+fn bad_configs_are_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 2");
+    let config = config.to_str().unwrap();
+    for (set, needle) in [
+        ("rollout.group_size=1", "group_size"),
+        ("optimizer.lr=0.0", "lr"),
+        ("trainer.typo=3", "typo"),
+        ("algorithm.loss_type=\"ppo\"", "loss_type"),
+        ("checkpoint.every=-1", "every"),
+    ] {
+        let out = grpo_installed(&["run", config, "--set", set]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(needle), "{set}: {err}");
+    }
+    let resumed = grpo_installed(&["run", config, "--resume"]);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        !resumed.status.success() && err.contains("no complete checkpoint"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("out").exists(),
+        "nothing is written before the config is valid"
+    );
+}

@@ -42,6 +42,14 @@ each decode rate as a share of the bandwidth limit (the median "copy_gbps" of
 grpo's lines over the dtype's "weight_bytes": one read of every weight per
 token), and whether transformers' greedy tokens equalled grpo's in every round;
 below it the range of the lines' 1-minute load averages ("load_1m").
+
+GRPO-loop lines (bench/grpo_loop.sh: {"bench": "grpo_loop", "system": "trl"|"grpo",
+"round", "step", "step_time", "reward"}, grpo's with "time_generation", "time_reward",
+"time_train", "time_weight_sync"; optional {"eval_step", "eval_accuracy"} lines and
+TRL's {"info": {...}}) get a table of their own: per system the median step time
+over steps 2.. of every round (step 1 compiles and warms up), trl / grpo, grpo's
+median split, the mean reward per step over the rounds and the greedy accuracy
+before and after training.
 Needs no torch.
 """
 
@@ -508,10 +516,148 @@ def format_generate_table(rows, bandwidth=None, loads=None):
     return "\n".join(lines)
 
 
+# --- GRPO loop ----------------------------------------------------------------
+
+LOOP_SYSTEMS = ("trl", "grpo")
+LOOP_SPLIT = ("time_generation", "time_reward", "time_train", "time_weight_sync")
+
+
+def is_grpo_loop(record):
+    """A bench/grpo_loop.sh step line (grpo_loop_trl.py or `grpo run`'s metrics.jsonl)."""
+    return (
+        record.get("bench") == "grpo_loop"
+        and record.get("system") in LOOP_SYSTEMS
+        and _count(record.get("step")) is not None
+        and _number(record.get("step_time")) is not None
+    )
+
+
+def _is_loop_eval(record):
+    return (
+        record.get("bench") == "grpo_loop"
+        and record.get("system") in LOOP_SYSTEMS
+        and isinstance(record.get("eval_step"), int)
+        and isinstance(record.get("eval_accuracy"), (int, float))
+    )
+
+
+def build_grpo_loop_summary(records):
+    """Per system: median step time over steps >= 2 (step 1 compiles and warms up; all steps if
+    there is no later one), the first step's median, mean reward per step over the rounds and the
+    start / end greedy accuracy; trl / grpo; grpo's median split over the same steps. None if no lines."""
+    lines = [r for r in records if is_grpo_loop(r)]
+    if not lines:
+        return None
+    systems = {}
+    for system in LOOP_SYSTEMS:
+        mine = [r for r in lines if r["system"] == system]
+        if not mine:
+            continue
+        later = [r for r in mine if r["step"] >= 2]
+        timed = later or mine
+        rewards = {}
+        for r in mine:
+            if isinstance(r.get("reward"), (int, float)) and not isinstance(r.get("reward"), bool):
+                rewards.setdefault(r["step"], []).append(float(r["reward"]))
+        evals = {}
+        for r in records:
+            if _is_loop_eval(r) and r["system"] == system:
+                evals.setdefault(r["eval_step"], []).append(float(r["eval_accuracy"]))
+        entry = {
+            "rounds": len({r.get("round", 1) for r in mine}),
+            "steps": max(r["step"] for r in mine),
+            "timed": len(timed),
+            "warmup_excluded": bool(later),
+            "median_s": statistics.median(_number(r["step_time"]) for r in timed),
+            "first_s": _median_of(_number(r["step_time"]) for r in mine if r["step"] == 1),
+            "reward_per_step": {k: statistics.mean(v) for k, v in sorted(rewards.items())},
+            "mean_reward": statistics.mean(x for v in rewards.values() for x in v) if rewards else None,
+            "eval_start": statistics.mean(evals[min(evals)]) if evals else None,
+            "eval_end": statistics.mean(evals[max(evals)]) if len(evals) > 1 else None,
+        }
+        if system == "grpo":
+            entry["split"] = {k: _median_of(_number(r.get(k)) for r in timed) for k in LOOP_SPLIT}
+            if any(v is None for v in entry["split"].values()):
+                entry["split"] = {k: v for k, v in entry["split"].items() if v is not None}
+        systems[system] = entry
+    trl, grpo = systems.get("trl"), systems.get("grpo")
+    ratio = _ratio(trl["median_s"], grpo["median_s"]) if trl and grpo else None
+    return {"systems": systems, "ratio": ratio}
+
+
+def _loop_info(records):
+    """The first TRL info line's dict ({} if none)."""
+    for r in records:
+        if r.get("bench") == "grpo_loop" and isinstance(r.get("info"), dict):
+            return r["info"]
+    return {}
+
+
+def format_grpo_loop_table(summary, info=None):
+    """Markdown for build_grpo_loop_summary's `summary`; `info` (TRL's info line) names the batch."""
+    info = info or {}
+    systems = summary["systems"]
+    shape = ""
+    if all(k in info for k in ("prompts", "samples", "max_tokens")):
+        shape = (
+            f" ({info['prompts']} prompts × {info['samples']} samples = {info['prompts'] * info['samples']} "
+            f"sequences a step, ≤ {info['max_tokens']} new tokens)"
+        )
+    lines = [
+        f"GRPO loop, SmolLM2-135M-Instruct f32 on CPU{shape}: "
+        + (f"trl / grpo = {summary['ratio']:.2f}x" if summary["ratio"] is not None else "trl / grpo n/a")
+        + " (median step time; above 1 means grpo is faster)",
+        "",
+    ]
+    header = ["system", "rounds", "steps", "median s/step", "step-1 s", "mean reward", "eval accuracy start → end"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|---|" + "|".join("---:" for _ in header[1:]) + "|")
+    for system in LOOP_SYSTEMS:
+        s = systems.get(system)
+        if not s:
+            continue
+        ev = "n/a"
+        if s["eval_start"] is not None:
+            ev = f"{s['eval_start'] * 100:.1f}% → " + _fmt(s["eval_end"], ".1f", "%", 100.0)
+        lines.append("| " + " | ".join([
+            system, str(s["rounds"]), str(s["steps"]), _fmt(s["median_s"], ".2f"), _fmt(s["first_s"], ".2f"),
+            _fmt(s["mean_reward"], ".3f"), ev,
+        ]) + " |")
+    grpo = systems.get("grpo")
+    if grpo and grpo.get("split"):
+        names = {"time_generation": "generation", "time_reward": "reward", "time_train": "train",
+                 "time_weight_sync": "weight sync"}
+        parts = [
+            f"{names[k]} {v:.2f} s ({v / grpo['median_s'] * 100:.0f}%)" if grpo["median_s"] else f"{names[k]} {v:.2f} s"
+            for k, v in grpo["split"].items()
+        ]
+        lines.append("")
+        lines.append("grpo split (medians over the same steps): " + ", ".join(parts))
+    steps = sorted({k for s in systems.values() for k in s["reward_per_step"]})
+    if steps:
+        present = [x for x in LOOP_SYSTEMS if x in systems]
+        lines.append("")
+        lines.append("| step | " + " | ".join(f"{x} reward" for x in present) + " |")
+        lines.append("|---:|" + "|".join("---:" for _ in present) + "|")
+        for k in steps:
+            lines.append(f"| {k} | " + " | ".join(_fmt(systems[x]["reward_per_step"].get(k), ".3f") for x in present) + " |")
+    excluded = all(s["warmup_excluded"] for s in systems.values())
+    lines.append("")
+    lines.append(
+        ("median s/step over steps 2.. of every round (step 1 compiles and warms up)" if excluded
+         else "median s/step over all steps (a run of 1 step: the warm-up is included)")
+        + "; reward: mean over the rounds of each step's mean reward; eval: greedy accuracy on the held-out rows"
+    )
+    return "\n".join(lines)
+
+
 def report(lines, warn=None):
-    """The whole report for the JSON `lines`: the generate, model-step and train-step tables."""
+    """The whole report for the JSON `lines`: the GRPO-loop, generate, model-step and train-step tables."""
     records = parse_lines(lines, warn)
     parts = []
+    loop = build_grpo_loop_summary(records)
+    if loop:
+        parts.append(format_grpo_loop_table(loop, _loop_info(records)))
     generate_rows = build_generate_rows(records)
     if generate_rows:
         parts.append(format_generate_table(generate_rows, copy_bandwidth(records), load_range(records)))
@@ -522,7 +668,7 @@ def report(lines, warn=None):
     if rows:
         parts.append(format_table(rows, matmul_ceiling(records)))
     if not parts:
-        raise ValueError("no train-step, model-step or generate lines found")
+        raise ValueError("no train-step, model-step, generate or grpo_loop lines found")
     return "\n\n".join(parts)
 
 

@@ -14,6 +14,7 @@ from contextlib import redirect_stdout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import generate_torch  # noqa: E402
+import grpo_loop_trl  # noqa: E402
 import model_step_torch  # noqa: E402
 import report  # noqa: E402
 import train_step_torch  # noqa: E402
@@ -380,6 +381,106 @@ class GenerateTorchTest(unittest.TestCase):
                 json.dump({"prompt_ids": []}, f)
             with self.assertRaises(ValueError):
                 generate_torch.load_tokens(bad)
+
+
+GRPO_LOOP_SAMPLE = """\
+{"meta": {"bench": "grpo-loop", "commit": "abc1234", "cpus": 2}}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "info": {"trl": "1.16.0", "prompts": 8, "samples": 8, "max_tokens": 32}}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "eval_step": 0, "eval_accuracy": 0.25, "eval_time": 30.0}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "step": 1, "step_time": 90.0, "reward": 0.25}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "step": 2, "step_time": 40.0, "reward": 0.5}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "step": 3, "step_time": 60.0, "reward": 0.75}
+{"bench": "grpo_loop", "system": "trl", "round": 1, "eval_step": 3, "eval_accuracy": 0.5, "eval_time": 30.0}
+{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 1, "step_time": 50.0, "reward": 0.125, "time_generation": 10.0, "time_reward": 0.01, "time_train": 38.0, "time_weight_sync": 1.0}
+{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 2, "step_time": 20.0, "reward": 0.25, "time_generation": 4.0, "time_reward": 0.02, "time_train": 15.0, "time_weight_sync": 0.5}
+{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 3, "step_time": 30.0, "reward": 0.5, "time_generation": 6.0, "time_reward": 0.04, "time_train": 22.0, "time_weight_sync": 1.5}
+{"bench": "grpo_loop", "system": "grpo", "round": 1, "eval_step": 0, "eval_accuracy": 0.2, "eval_time": 5.0}
+{"bench": "grpo_loop", "system": "trl", "round": 2, "step": 1, "step_time": 80.0, "reward": 0.75}
+{"bench": "grpo_loop", "system": "trl", "round": 2, "step": 2, "step_time": 50.0, "reward": 0.5}
+{"bench": "grpo_loop", "system": "trl", "round": 2, "step": 3, "step_time": 50.0, "reward": 0.25}
+{"bench": "grpo_loop", "system": "grpo", "round": 2, "step": 1, "step_time": 60.0, "reward": 0.375, "time_generation": 12.0, "time_reward": 0.01, "time_train": 45.0, "time_weight_sync": 2.0}
+{"bench": "grpo_loop", "system": "grpo", "round": 2, "step": 2, "step_time": 25.0, "reward": 0.25, "time_generation": 5.0, "time_reward": 0.03, "time_train": 19.0, "time_weight_sync": 1.0}
+{"bench": "grpo_loop", "system": "grpo", "round": 2, "step": 3, "step_time": 25.0, "reward": 0.0, "time_generation": 5.0, "time_reward": 0.03, "time_train": 19.0, "time_weight_sync": 1.0}
+"""
+
+
+class GrpoLoopReportTest(unittest.TestCase):
+    def setUp(self):
+        self.records = report.parse_lines(GRPO_LOOP_SAMPLE.splitlines())
+
+    def test_kinds_are_apart(self):
+        self.assertEqual(sum(map(report.is_grpo_loop, self.records)), 12)
+        self.assertFalse(any(map(report.is_generate, self.records)))
+        self.assertFalse(any(map(report.is_train_step, self.records)))
+        self.assertFalse(any(map(report.is_model_step, self.records)))
+        self.assertFalse(any(report.is_grpo_loop(r) for r in report.parse_lines(GENERATE_SAMPLE.splitlines())))
+
+    def test_summary(self):
+        summary = report.build_grpo_loop_summary(self.records)
+        trl, grpo = summary["systems"]["trl"], summary["systems"]["grpo"]
+        self.assertEqual(trl["median_s"], 50.0)  # steps 2, 3 of both rounds: 40, 60, 50, 50
+        self.assertEqual(grpo["median_s"], 25.0)  # 20, 30, 25, 25
+        self.assertEqual(trl["first_s"], 85.0)
+        self.assertEqual((trl["rounds"], trl["steps"], trl["timed"]), (2, 3, 4))
+        self.assertAlmostEqual(summary["ratio"], 2.0)
+        self.assertEqual(grpo["split"], {"time_generation": 5.0, "time_reward": 0.03, "time_train": 19.0,
+                                         "time_weight_sync": 1.0})
+        self.assertEqual(trl["reward_per_step"], {1: 0.5, 2: 0.5, 3: 0.5})
+        self.assertEqual(grpo["reward_per_step"], {1: 0.25, 2: 0.25, 3: 0.25})
+        self.assertEqual((trl["eval_start"], trl["eval_end"]), (0.25, 0.5))
+        self.assertEqual((grpo["eval_start"], grpo["eval_end"]), (0.2, None))
+        self.assertIsNone(report.build_grpo_loop_summary(report.parse_lines(SAMPLE.splitlines())))
+
+    def test_table(self):
+        table = report.report(GRPO_LOOP_SAMPLE.splitlines())
+        self.assertIn("(8 prompts × 8 samples = 64 sequences a step, ≤ 32 new tokens): trl / grpo = 2.00x", table)
+        self.assertIn("| trl | 2 | 3 | 50.00 | 85.00 | 0.500 | 25.0% → 50.0% |", table)
+        self.assertIn("| grpo | 2 | 3 | 25.00 | 55.00 | 0.250 | 20.0% → n/a |", table)
+        self.assertIn("generation 5.00 s (20%), reward 0.03 s (0%), train 19.00 s (76%), weight sync 1.00 s (4%)", table)
+        self.assertIn("| 2 | 0.500 | 0.250 |", table)
+        self.assertIn("median s/step over steps 2..", table)
+
+    def test_one_system_one_step(self):
+        line = '{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 1, "step_time": 9.0, "reward": 0.0}'
+        summary = report.build_grpo_loop_summary(report.parse_lines([line]))
+        self.assertIsNone(summary["ratio"])
+        self.assertEqual(summary["systems"]["grpo"]["median_s"], 9.0)
+        table = report.report([line])
+        self.assertIn("trl / grpo n/a", table)
+        self.assertIn("over all steps", table)
+        self.assertNotIn("| trl |", table)
+
+
+class GrpoLoopTrlTest(unittest.TestCase):
+    def test_math_score(self):
+        self.assertEqual(grpo_loop_trl.math_score("12 + 3 = 15. The answer is 15.", "15"), 1.0)
+        self.assertEqual(grpo_loop_trl.math_score("The answer is 15, not 16", "15"), 1.0)
+        self.assertEqual(grpo_loop_trl.math_score("97 - 99 = -2", "-2"), 1.0)
+        self.assertEqual(grpo_loop_trl.math_score("so 1,050 in all", "1050"), 1.0)
+        self.assertEqual(grpo_loop_trl.math_score("It is 7.0", "7"), 1.0)
+        self.assertEqual(grpo_loop_trl.math_score("It is 8", "7"), 0.0)
+        self.assertEqual(grpo_loop_trl.math_score("no number", "7"), 0.0)
+        self.assertEqual(
+            grpo_loop_trl.math_reward([[{"role": "assistant", "content": "= 4"}], "5"], answer=["4", "4"]),
+            [1.0, 0.0],
+        )
+
+    def test_split_is_seeded_and_disjoint(self):
+        rows = [{"i": i} for i in range(50)]
+        train, held = grpo_loop_trl.split_rows(rows, 10)
+        self.assertEqual(len(held), 10)
+        self.assertEqual(len(train), 40)
+        self.assertFalse({r["i"] for r in train} & {r["i"] for r in held})
+        self.assertEqual([r["i"] for r in held], sorted(r["i"] for r in held))  # file order
+        self.assertEqual(held, grpo_loop_trl.split_rows(rows, 10)[1])
+        self.assertEqual(sorted(grpo_loop_trl.splitmix64_order(50, 0)), list(range(50)))
+        with self.assertRaises(ValueError):
+            grpo_loop_trl.split_rows(rows, 50)
+
+    def test_batch_layout(self):
+        self.assertEqual(grpo_loop_trl.batch_layout(8, 8), (16, 4))
+        self.assertEqual(grpo_loop_trl.batch_layout(2, 4), (8, 1))
+        self.assertEqual(grpo_loop_trl.batch_layout(3, 2), (2, 3))
 
 
 if __name__ == "__main__":

@@ -10,14 +10,25 @@
 #   - torch, installed exactly as bench/train_step.sh installs it (`--no-deps`,
 #     torch plus only the NVIDIA wheels it loads at import; the package list is
 #     read from bench/train_step.sh, so the two never disagree; see the comment
-#     there for why), and
+#     there for why),
 #   - the pinned TOOLS_PACKAGES below (transformers pulls its own pure-Python
-#     dependencies; torch is already satisfied, so nothing CUDA is added).
+#     dependencies; torch is already satisfied, so nothing CUDA is added), and
+#   - with TOOLS_TRL=1 in the environment (bench/grpo_loop.sh sets it), TRL and
+#     what it imports, TRL_PACKAGES below, `--no-deps` like torch: pip's
+#     resolver would otherwise walk torch's own metadata again and add the
+#     CUDA wheels train_step.sh leaves out (triton, cusolver, cuda-toolkit, …).
 # Stamp files in the venv make a second run a no-op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOOLS_PACKAGES=(transformers==5.24.0 safetensors==0.8.0)
+# trl 1.16.0 and the packages it (and datasets, accelerate, pandas) imports
+# that TOOLS_PACKAGES does not already bring; the rest (numpy, pyyaml, psutil,
+# huggingface-hub, fsspec, tqdm, packaging, jinja2) comes with transformers.
+TRL_PACKAGES=(
+    trl==1.16.0 accelerate==1.15.0 datasets==5.2.0 pyarrow==26.0.1 pandas==3.1.1
+    python-dateutil==4.0.0 tzdata==2026.6 dill==0.4.1 multiprocess==0.70.19 xxhash==4.1.0
+)
 
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
 VENV=$CACHE/tools-venv
@@ -55,6 +66,14 @@ if [[ ! -f $TOOLS_STAMP || "$(cat "$TOOLS_STAMP")" != "${TOOLS_PACKAGES[*]}" ]];
     "${PIP[@]}" "${TOOLS_PACKAGES[@]}" >&2
     "$PY" -c 'import transformers, safetensors' >&2
     printf '%s' "${TOOLS_PACKAGES[*]}" >"$TOOLS_STAMP"
+fi
+
+TRL_STAMP=$VENV/.grpo-tools-trl
+if [[ ${TOOLS_TRL:-0} == 1 && (! -f $TRL_STAMP || "$(cat "$TRL_STAMP")" != "${TRL_PACKAGES[*]}") ]]; then
+    echo "== tools venv: installing ${TRL_PACKAGES[*]}" >&2
+    "${PIP[@]}" --no-deps "${TRL_PACKAGES[@]}" >&2
+    "$PY" -c 'import trl, accelerate, datasets; from trl import GRPOConfig, GRPOTrainer' >&2
+    printf '%s' "${TRL_PACKAGES[*]}" >"$TRL_STAMP"
 fi
 
 echo "$PY"

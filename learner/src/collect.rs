@@ -8,12 +8,12 @@ use std::time::Instant;
 use grpo_model::chat::{ChatMessage, ChatTemplate};
 use grpo_model::tokenizer::Tokenizer;
 use grpo_reward::{Message, RewardPool, Sample, Total};
-use grpo_rollout::engine::Engine;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 
 use crate::data::{Example, Prompt};
 use crate::error::{Error, Result};
+use crate::fleet::Fleet;
 
 /// A prompt as the engine and the rewards see it.
 #[derive(Debug, Clone)]
@@ -95,7 +95,7 @@ impl Collected {
 
 /// Generates for `rows` (request `i` with `params(i)`) and scores the completions.
 pub fn collect(
-    engine: &mut Engine,
+    fleet: &mut dyn Fleet,
     rewards: &RewardPool,
     runtime: &tokio::runtime::Runtime,
     encoder: &PromptEncoder,
@@ -115,7 +115,7 @@ pub fn collect(
             params: params(i),
         })
         .collect();
-    let groups = engine.generate(&requests)?;
+    let groups = fleet.generate(&requests)?;
     let time_generation = started.elapsed().as_secs_f64();
 
     let scoring = Instant::now();

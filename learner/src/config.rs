@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use grpo_rollout::worker::{PushOptions, WireDtype};
+
 use crate::advantage::ScaleRewards;
 use crate::error::{Error, Result};
 use crate::grpo::GrpoConfig;
@@ -87,6 +89,14 @@ pub struct RolloutSection {
     pub max_model_len: usize,
     /// The seed of the rollouts' sampling. Default 0.
     pub seed: u32,
+    /// Rollout workers (`grpo worker`) to generate on, as `host:port` or
+    /// URLs; empty (the default) generates in process.
+    pub workers: Vec<String>,
+    /// A file holding the workers' shared token; without it the token comes
+    /// from `GRPO_WORKER_TOKEN`. Relative to the config file.
+    pub worker_token_file: Option<PathBuf>,
+    /// How weights travel to workers: "f32" (exact; default) or "bf16" (half the bytes).
+    pub weight_dtype: String,
 }
 
 impl Default for RolloutSection {
@@ -98,6 +108,9 @@ impl Default for RolloutSection {
             temperature: 1.0,
             max_model_len: 256,
             seed: 0,
+            workers: Vec::new(),
+            worker_token_file: None,
+            weight_dtype: "f32".to_string(),
         }
     }
 }
@@ -254,6 +267,9 @@ impl RunConfig {
     pub fn from_toml_at(text: &str, base: &Path) -> Result<RunConfig> {
         let mut config = Self::from_toml_str(text)?;
         config.data.path = base.join(&config.data.path);
+        if let Some(file) = &config.rollout.worker_token_file {
+            config.rollout.worker_token_file = Some(base.join(file));
+        }
         config.logging.out = base.join(&config.logging.out);
         Ok(config)
     }
@@ -269,6 +285,7 @@ impl RunConfig {
             invalid("config", format!("`{key}`: {message}"))
         })?;
         config.grpo()?;
+        config.push_options()?;
         Ok(config)
     }
 
@@ -295,6 +312,19 @@ impl RunConfig {
             section_table.insert(field.to_string(), parsed);
         }
         toml::to_string(&table).map_err(|e| invalid("--set", e.to_string()))
+    }
+
+    /// How weights are pushed to rollout workers.
+    pub fn push_options(&self) -> Result<PushOptions> {
+        let dtype = choice(
+            "rollout.weight_dtype",
+            &self.rollout.weight_dtype,
+            &[("f32", WireDtype::F32), ("bf16", WireDtype::Bf16)],
+        )?;
+        Ok(PushOptions {
+            dtype,
+            ..PushOptions::default()
+        })
     }
 
     /// The loop's settings, checked.

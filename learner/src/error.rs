@@ -39,6 +39,14 @@ pub enum Error {
     /// A reward failed (under `on_error = "fail"`).
     #[error(transparent)]
     Reward(#[from] grpo_reward::Error),
+    /// A rollout worker could not be reached, refused or failed a call.
+    #[error("rollout worker {endpoint}: {message}")]
+    Worker {
+        /// The worker's address.
+        endpoint: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

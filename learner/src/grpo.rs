@@ -1,15 +1,15 @@
-//! One GRPO iteration in one process, on-policy: sample prompts → the
-//! rollout engine draws `G` completions of each (one prefill per group) →
-//! the reward pool scores them → group advantages → micro-batches → the
-//! compiled GRPO step (forward, loss, backward, clipping, AdamW) → the new
-//! weights go to the engine as the next policy version.
+//! One GRPO iteration, on-policy: sample prompts → the rollout fleet draws
+//! `G` completions of each (one prefill per group) → the reward pool scores
+//! them → group advantages → micro-batches → the compiled GRPO step
+//! (forward, loss, backward, clipping, AdamW) → the new weights go to the
+//! fleet as the next policy version ([`crate::fleet`]: in memory to the
+//! in-process engine, over gRPC to workers).
 //!
-//! The engine and the learner share the device; the learner keeps f32
-//! master weights and AdamW state (donated, updated in place); the engine
-//! holds its own copy of the weights in its dtype and receives every update
-//! through [`Engine::update_weights`] (the in-memory path; the gRPC path is
-//! [`grpo_rollout::worker`]). Memory per step beyond those: the step's
-//! completions and their micro-batches on the host.
+//! The learner keeps f32 master weights and AdamW state on its device
+//! (donated, updated in place); an in-process engine shares the device and
+//! holds its own copy of the weights in its dtype. Memory per step beyond
+//! those: the step's completions, their micro-batches and one host copy of
+//! the weights while they are sent.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,6 @@ use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
-use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::output::FinishReason;
 use grpo_rollout::request::SamplingParams;
 use grpo_xla::trace::{AdamW, Optimizer, TrainState};
@@ -32,6 +31,7 @@ use crate::checkpoint::{CheckpointParts, LoadedCheckpoint, host_tensor};
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
+use crate::fleet::Fleet;
 use crate::loss::GrpoLoss;
 use crate::record::RolloutRow;
 use crate::schedule::Schedule;
@@ -100,8 +100,10 @@ pub struct StepReport {
     pub time_reward: f64,
     /// See `time_generation`.
     pub time_train: f64,
-    /// See `time_generation`.
+    /// See `time_generation` (device → host copy and the fleet's update).
     pub time_weight_sync: f64,
+    /// The rate at which the fleet took the new weights (GB/s of values).
+    pub weight_sync_gb_per_s: f64,
 }
 
 /// What a greedy evaluation on held-out prompts found.
@@ -138,7 +140,7 @@ pub struct GrpoLoop {
     client: Client,
     decoder: Decoder,
     encoder: PromptEncoder,
-    engine: Engine,
+    fleet: Box<dyn Fleet>,
     rewards: RewardPool,
     runtime: tokio::runtime::Runtime,
     config: GrpoConfig,
@@ -158,8 +160,8 @@ pub struct GrpoParts {
     pub decoder: Decoder,
     /// Its tokenizer (with the chat template for chat prompts).
     pub tokenizer: std::sync::Arc<Tokenizer>,
-    /// The rollout engine (with the same tokenizer, for completion text).
-    pub engine: Engine,
+    /// The rollout engines (with the same tokenizer, for completion text).
+    pub fleet: Box<dyn Fleet>,
     /// The rewards.
     pub rewards: RewardPool,
     /// The training prompts.
@@ -226,6 +228,16 @@ impl Resume {
     }
 }
 
+/// `params` (in `decoder`'s order) as named f32 host tensors.
+fn host_tensors(decoder: &Decoder, params: &[Buffer]) -> Result<Vec<(String, HostTensor)>> {
+    decoder
+        .parameters()
+        .iter()
+        .zip(params)
+        .map(|(spec, buffer)| Ok((spec.name.clone(), host_tensor(buffer)?)))
+        .collect()
+}
+
 /// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
 /// the parameters (`m.model.norm.weight`), as checkpoints store them.
 fn optimizer_names(decoder: &Decoder, optimizer: &AdamW) -> Vec<(String, TensorType)> {
@@ -262,7 +274,7 @@ impl GrpoLoop {
             client,
             decoder,
             tokenizer,
-            engine,
+            mut fleet,
             rewards,
             data,
             data_seed,
@@ -284,7 +296,6 @@ impl GrpoLoop {
                 field: "runtime",
                 message: format!("cannot start the reward runtime: {e}"),
             })?;
-        let mut engine = engine;
         let (sampler, step, optimizer) = match resume {
             Some(Resume { state, optimizer }) => {
                 if state.data_seed != data_seed {
@@ -296,8 +307,6 @@ impl GrpoLoop {
                         ),
                     });
                 }
-                // The engine was built with the checkpoint's weights: they are version `step`.
-                engine.update_weights(state.step, &[], InFlight::Keep)?;
                 (
                     PromptSampler::resume(data.len(), data_seed, state.sampler),
                     state.step as usize,
@@ -306,11 +315,13 @@ impl GrpoLoop {
             }
             None => (PromptSampler::new(data.len(), data_seed), 0, Vec::new()),
         };
+        // The fleet starts on the learner's weights, as version `step`.
+        fleet.start_at(step as u64, &host_tensors(&decoder, &params)?)?;
         Ok(GrpoLoop {
             client,
             decoder,
             encoder: PromptEncoder::new(tokenizer)?,
-            engine,
+            fleet,
             rewards,
             runtime,
             config,
@@ -344,7 +355,7 @@ impl GrpoLoop {
         let examples: Vec<&Example> = rows.iter().map(|&r| &self.data[r]).collect();
         let first_seed = self.step * c.prompts_per_step;
         let collected = collect(
-            &mut self.engine,
+            self.fleet.as_mut(),
             &self.rewards,
             &self.runtime,
             &self.encoder,
@@ -402,9 +413,8 @@ impl GrpoLoop {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors = self.host_params()?;
-        self.engine
-            .update_weights(self.step as u64 + 1, &tensors, InFlight::Keep)?;
+        let tensors = host_tensors(&self.decoder, &self.state.params)?;
+        let sync = self.fleet.update_weights(self.step as u64 + 1, &tensors)?;
         let synced = syncing.elapsed().as_secs_f64();
 
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
@@ -433,6 +443,7 @@ impl GrpoLoop {
             time_reward: collected.time_reward,
             time_train: trained,
             time_weight_sync: synced,
+            weight_sync_gb_per_s: sync.gb_per_second(),
         };
         let log = self.rollout_rows(&rows, &collected, &rewards, &adv.values);
         self.step += 1;
@@ -477,7 +488,7 @@ impl GrpoLoop {
         let rows: Vec<&Example> = examples.iter().collect();
         let max_tokens = self.config.max_completion_tokens;
         let collected = collect(
-            &mut self.engine,
+            self.fleet.as_mut(),
             &self.rewards,
             &self.runtime,
             &self.encoder,
@@ -519,14 +530,6 @@ impl GrpoLoop {
                 state,
             },
         )
-    }
-
-    /// The learner's parameters as named host tensors.
-    fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
-        self.named_params()
-            .into_iter()
-            .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
-            .collect()
     }
 
     /// Compiles the GRPO step for `count` micro-batches of `shape` unless it is.

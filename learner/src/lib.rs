@@ -22,6 +22,8 @@
 //!   on resume.
 //! - [`plot`]: a PNG of training reward and eval accuracy by step from
 //!   `OUT/metrics.jsonl`, with an embedded font.
+//! - [`fleet`]: where rollouts come from — the in-process engine (weights
+//!   in memory) or rollout workers over gRPC (weights pushed in chunks).
 //! - [`grpo`]: one on-policy GRPO iteration in one process (engine →
 //!   rewards → advantages → train step → weights back to the engine).
 //! - [`trainer`]: the GRPO train step over a decoder as one XLA program
@@ -36,6 +38,7 @@ pub mod collect;
 pub mod config;
 pub mod data;
 mod error;
+pub mod fleet;
 pub mod grpo;
 pub mod loss;
 pub mod plot;

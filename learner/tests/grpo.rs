@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use grpo_learner::advantage::ScaleRewards;
 use grpo_learner::data::{Example, Prompt};
+use grpo_learner::fleet::LocalFleet;
 use grpo_learner::grpo::{GrpoConfig, GrpoLoop, GrpoParts};
 use grpo_learner::loss::GrpoLoss;
 use grpo_learner::schedule::{Decay, Schedule};
@@ -102,7 +103,7 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
         client: client.clone(),
         decoder,
         tokenizer,
-        engine,
+        fleet: Box::new(LocalFleet::new(engine)),
         rewards,
         data,
         data_seed: 5,

@@ -10,7 +10,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
@@ -19,9 +19,6 @@ use grpo_rollout::worker::{DEFAULT_PORT, Token, WorkerServer};
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
-
-/// The environment variable the token is read from without `--token-file`.
-const TOKEN_VAR: &str = "GRPO_WORKER_TOKEN";
 
 /// Arguments of `grpo worker`.
 #[derive(Debug, clap::Args)]
@@ -59,23 +56,9 @@ fn parse_dtype(name: &str) -> Result<ElementType, String> {
     }
 }
 
-/// The shared token, from `--token-file` or the environment.
-fn token(args: &WorkerArgs) -> anyhow::Result<Token> {
-    let secret = match &args.token_file {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("reading --token-file {}", path.display()))?
-        }
-        None => match std::env::var(TOKEN_VAR) {
-            Ok(secret) => secret,
-            Err(_) => bail!("a worker needs a shared token: pass --token-file PATH or set {TOKEN_VAR}"),
-        },
-    };
-    Ok(Token::new(secret.trim())?)
-}
-
 /// Builds the engine and serves it until the process is stopped.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
-    let token = token(args)?;
+    let token = Token::from_file_or_env(args.token_file.as_deref(), "--token-file")?;
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let decoder = Decoder::new(model.config.clone());

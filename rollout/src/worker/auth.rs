@@ -13,6 +13,9 @@ use crate::worker::error::WorkerError;
 /// The metadata key the token travels under.
 const KEY: &str = "authorization";
 
+/// The environment variable a token is read from when no file is named.
+pub const TOKEN_VAR: &str = "GRPO_WORKER_TOKEN";
+
 /// A shared secret between a worker and its callers: non-empty, visible
 /// ASCII without spaces (it travels in an HTTP header). Its `Debug` hides it.
 #[derive(Clone)]
@@ -33,6 +36,21 @@ impl Token {
             });
         }
         Ok(Token(secret.into()))
+    }
+
+    /// The token in `file` (surrounding whitespace ignored), else in the
+    /// `GRPO_WORKER_TOKEN` environment variable; `what` names the setting
+    /// that names the file, for the error when there is neither.
+    pub fn from_file_or_env(file: Option<&std::path::Path>, what: &str) -> Result<Token, WorkerError> {
+        let secret = match file {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| WorkerError::Token {
+                message: format!("cannot read {}: {e}", path.display()),
+            })?,
+            None => std::env::var(TOKEN_VAR).map_err(|_| WorkerError::Token {
+                message: format!("none given: set {what} to a file holding it, or set {TOKEN_VAR}"),
+            })?,
+        };
+        Token::new(secret.trim())
     }
 
     /// The header value, `Bearer <token>`.

@@ -25,7 +25,7 @@ mod error;
 mod server;
 pub mod weights;
 
-pub use auth::Token;
+pub use auth::{TOKEN_VAR, Token};
 pub use client::{Health, PushOptions, RemoteSamples, WorkerClient};
 pub use error::WorkerError;
 /// The generated messages and services of `grpo.rollout.v1`.

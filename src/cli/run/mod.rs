@@ -1,5 +1,6 @@
-//! `grpo run CONFIG`: GRPO fine-tuning in one process — the rollout engine
-//! and the learner on one device, the config's `[[reward]]` tables scoring.
+//! `grpo run CONFIG`: GRPO fine-tuning — the learner and, by default, the
+//! rollout engine in this process on one device, or rollout workers over
+//! gRPC (`[rollout] workers`); the config's `[[reward]]` tables score.
 //!
 //! Outputs under `OUT` (`[logging] out`): `metrics.jsonl` (one JSON line
 //! per step with TRL's metric names, eval results on their steps),
@@ -20,6 +21,7 @@ use anyhow::{Context, bail};
 use grpo_learner::checkpoint::{self, save_model};
 use grpo_learner::config::RunConfig;
 use grpo_learner::data::{load_jsonl, split};
+use grpo_learner::fleet::{Fleet, LocalFleet, RemoteFleet};
 use grpo_learner::grpo::{EvalReport, GrpoLoop, GrpoParts, Resume};
 use grpo_learner::plot::plot_metrics;
 use grpo_learner::record::RolloutLog;
@@ -28,6 +30,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_reward::{Registry, RewardsConfig};
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::worker::Token;
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
@@ -126,12 +129,22 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let device = client.device(0)?;
     let decoder = Decoder::new(model.config.clone());
     let upload = || upload_parameters(&client, device, &decoder, weights.as_ref(), ElementType::F32);
-    let engine_config = EngineConfig {
-        max_num_seqs: grpo.group_size * grpo.prompts_per_step,
-        max_model_len: config.rollout.max_model_len.min(model.config.max_positions),
-        dtype: ElementType::F32,
+    let fleet: Box<dyn Fleet> = if config.rollout.workers.is_empty() {
+        let engine_config = EngineConfig {
+            max_num_seqs: grpo.group_size * grpo.prompts_per_step,
+            max_model_len: config.rollout.max_model_len.min(model.config.max_positions),
+            dtype: ElementType::F32,
+        };
+        let engine = Engine::new(&client, decoder.clone(), upload()?, engine_config)?.with_tokenizer(tokenizer.clone());
+        Box::new(LocalFleet::new(engine))
+    } else {
+        let token = Token::from_file_or_env(config.rollout.worker_token_file.as_deref(), "rollout.worker_token_file")?;
+        Box::new(RemoteFleet::connect(
+            &config.rollout.workers,
+            &token,
+            config.push_options()?,
+        )?)
     };
-    let engine = Engine::new(&client, decoder.clone(), upload()?, engine_config)?.with_tokenizer(tokenizer.clone());
     let resume = resume_from
         .as_ref()
         .map(|dir| Resume::from_checkpoint(&checkpoint::load(dir)?, &client, &decoder, &grpo.optimizer))
@@ -141,7 +154,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         client: client.clone(),
         decoder,
         tokenizer: tokenizer.clone(),
-        engine,
+        fleet,
         rewards,
         data: train,
         data_seed: config.data.seed,

@@ -51,7 +51,7 @@ impl Progress {
                 bar.set_message(message);
                 bar.inc(1);
             }
-            None => eprintln!("step {}/{}  {message}", report.step + 1, self.steps),
+            None => eprintln!("step {}/{}  {message}", report.step, self.steps),
         }
     }
 

@@ -22,7 +22,7 @@ MAX_NUM_SEQS=${MAX_NUM_SEQS:-32}
 DEVICE=${DEVICE:-cpu}
 MODEL=smollm2-135m-instruct
 
-PY=$(tools/openai-venv.sh)
+PY=$(tools/test-venv.sh)
 GRPO=${CARGO_TARGET_DIR:-$ROOT/target}/release/grpo
 if [[ ${NO_BUILD:-0} != 1 ]]; then
     echo "== grpo: cargo build --release" >&2

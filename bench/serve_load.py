@@ -9,7 +9,7 @@ TPOT (ms), output tokens/s = all output tokens / wall time of the level.
 Each level starts with an untimed warm-up burst (4 tokens a request) so
 that XLA compiles its batch shapes outside the measurement.
 Prints one JSON line per level on stdout and a table on stderr. Needs the
-official `openai` client (tools/openai-venv.sh).
+official `openai` client (tools/test-venv.sh).
 
 Usage: serve_load.py --base-url http://127.0.0.1:PORT --model NAME
                      [--concurrency 1,8,32] [--requests-per-level N] [--max-tokens 64]

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on real XLA. On a fresh machine it first
 # installs what the tests need: the pinned CPU PJRT plugin (`grpo setup`) and
-# the venv of the official `openai` Python client (tools/openai-venv.sh; the
-# serving test openai_client.rs runs it through GRPO_OPENAI_PYTHON).
+# the venv of the official `openai` Python client (tools/test-venv.sh; the
+# serving test openai_client.rs runs it through GRPO_TEST_PYTHON).
 # The benchmark report's unit tests need only python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo run --quiet -- setup
-GRPO_OPENAI_PYTHON=$(tools/openai-venv.sh)
-export GRPO_OPENAI_PYTHON
+GRPO_TEST_PYTHON=$(tools/test-venv.sh)
+export GRPO_TEST_PYTHON
 cargo test --workspace
 python3 -m unittest discover -s bench -p 'test_*.py'

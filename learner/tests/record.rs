@@ -2,6 +2,9 @@
 //! truncated on resume, robust to a crash's temp files, and readable by
 //! Parquet readers other than ours.
 
+#[path = "../../tools/test_python.rs"]
+mod test_python;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -264,14 +267,11 @@ fn a_corrupt_or_foreign_part_errors_naming_it() {
     assert!(matches!(&err, Error::Data { line: 0, .. }), "{err}");
 }
 
-/// pandas and pyarrow read the folder as one dataset. Runs only when
-/// `GRPO_TOOLS_PYTHON` names a Python with pyarrow and pandas.
+/// pandas and pyarrow (the test venv's, `tools/test_python.rs`) read the
+/// folder as one dataset.
 #[test]
 fn pandas_reads_the_dataset_folder() {
-    let Some(python) = std::env::var_os("GRPO_TOOLS_PYTHON") else {
-        eprintln!("skipped: GRPO_TOOLS_PYTHON is not set");
-        return;
-    };
+    let python = test_python::test_python();
     let out = tempfile::tempdir().unwrap();
     let log = RolloutLog::open(out.path()).unwrap();
     let written: Vec<RolloutRow> = (0..3).flat_map(|s| rows(s, 2, 2)).collect();

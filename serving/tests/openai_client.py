@@ -5,7 +5,7 @@ Usage: openai_client.py BASE_URL API_KEY MODEL
 BASE_URL is the server's root (http://127.0.0.1:PORT); the client talks to
 BASE_URL/v1. Each check raises on failure, so the script exits non-zero; it
 prints one line per passed check. Run by serving/tests/openai_client.rs with
-the interpreter of tools/openai-venv.sh. Uses only the stdlib and openai.
+the interpreter of tools/test-venv.sh. Uses only the stdlib and openai.
 """
 
 import sys

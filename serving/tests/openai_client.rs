@@ -4,50 +4,23 @@
 //! without streaming, n > 1, log-probs, seed reproducibility, include_usage,
 //! `models.list`, `AuthenticationError`, `BadRequestError`).
 //!
-//! The interpreter is `$GRPO_OPENAI_PYTHON` (`scripts/test.sh` sets it from
-//! `tools/openai-venv.sh`); when unset the test runs `tools/openai-venv.sh`
-//! itself. Either way it fails, never skips, when the client is missing.
+//! The interpreter is the test venv's (`tools/test_python.rs`): the test
+//! fails, never skips, when the client is missing.
 
 mod common;
+#[path = "../../tools/test_python.rs"]
+mod test_python;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 
 use common::{MODEL, start};
 use grpo_serving::auth::ApiKey;
 
 const KEY: &str = "openai-client-test-key";
 
-/// The venv's interpreter: `$GRPO_OPENAI_PYTHON`, or what `tools/openai-venv.sh` prints.
-fn openai_python() -> PathBuf {
-    if let Some(python) = std::env::var_os("GRPO_OPENAI_PYTHON").filter(|p| !p.is_empty()) {
-        return PathBuf::from(python);
-    }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/openai-venv.sh");
-    let output = std::process::Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        output.status.success(),
-        "{} failed ({}): the openai Python client could not be installed",
-        script.display(),
-        output.status
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .expect("openai-venv.sh printed no interpreter")
-            .trim(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_official_openai_client_works() {
-    let python = openai_python();
+    let python = test_python::test_python();
     let check = std::process::Command::new(&python)
         .args(["-c", "import openai"])
         .output()

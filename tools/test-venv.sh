@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Creates the Python environment of the tests' independent readers — the
+# official `openai` client (serving tests, the serving benchmark) and
+# pandas + pyarrow (the rollout log is read as a Parquet dataset) — and
+# prints its interpreter's path on stdout (progress goes to stderr):
+#
+#   PY=$(tools/test-venv.sh)
+#
+# The venv is <grpo cache>/test-venv, <grpo cache> being
+# ${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo} as in grpo itself.
+# It holds only those pinned packages and their dependencies (no torch). A stamp file in the venv
+# makes a second run a no-op; a failed install exits non-zero.
+set -euo pipefail
+
+TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1)
+
+CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
+VENV=$CACHE/test-venv
+PY=$VENV/bin/python
+PYTHON=${PYTHON:-python3} # makes the venv
+
+if [[ ! -x $PY ]]; then
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' || {
+        echo "test-venv.sh: the openai client needs Python >= 3.9; set PYTHON to one" >&2
+        exit 1
+    }
+    echo "== test venv: creating $VENV" >&2
+    mkdir -p "$CACHE"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+STAMP=$VENV/.grpo-test-packages
+if [[ ! -f $STAMP || "$(cat "$STAMP")" != "${TEST_PACKAGES[*]}" ]]; then
+    echo "== test venv: installing ${TEST_PACKAGES[*]}" >&2
+    "$PY" -m pip install --disable-pip-version-check --no-input --progress-bar off -q "${TEST_PACKAGES[@]}" >&2
+    "$PY" -c 'import openai, pyarrow, pandas; print("openai", openai.__version__, "pyarrow", pyarrow.__version__)' >&2
+    printf '%s' "${TEST_PACKAGES[*]}" >"$STAMP"
+fi
+
+echo "$PY"

@@ -1,8 +1,9 @@
-//! From scored rollouts to the train step's micro-batches: each sequence is
-//! prompt + completion, right-padded to one token bucket for the whole
-//! step (see [`token_bucket`]: a run compiles a handful of programs), cut
-//! into micro-batches of a fixed number of rows (the last one padded with
-//! empty rows that count for nothing).
+//! From scored rollouts to the train step's micro-batches: each row is the
+//! prompt right-aligned in `P` columns and the completion after it in `C`
+//! columns (see [`crate::trainer`]), `P` and `C` one token bucket each for
+//! the whole step (see [`token_bucket`]: a run compiles a handful of
+//! programs), cut into micro-batches of a fixed number of rows (the last
+//! one padded with empty rows that count for nothing).
 
 use grpo_xla::{Buffer, Client, Pred};
 
@@ -34,13 +35,13 @@ pub struct Rollout {
 pub struct MicroBatch {
     /// Its shape.
     pub shape: MicroBatchShape,
-    /// `[rows, tokens]` token ids (0 as padding).
+    /// `[rows, P + C]` token ids (0 as padding).
     pub ids: Vec<i32>,
-    /// `[rows, tokens]` real tokens.
+    /// `[rows, P + C]` real tokens.
     pub attention: Vec<bool>,
-    /// `[rows, tokens − 1]`: 1 where entry `t` scores a completion token of a valid sample.
+    /// `[rows, C]`: 1 where column `j` is a completion token of a valid sample.
     pub completion: Vec<f32>,
-    /// `[rows, tokens − 1]`: the behaviour log-prob of that token (0 elsewhere).
+    /// `[rows, C]`: the behaviour log-prob of that token (0 elsewhere).
     pub behaviour: Vec<f32>,
     /// `[rows]` advantages (0 for padding rows).
     pub advantages: Vec<f32>,
@@ -51,13 +52,14 @@ impl MicroBatch {
     /// loss `normalizer` this micro-batch divides by.
     pub fn upload(&self, client: &Client, normalizer: f32) -> Result<Vec<Buffer>> {
         let device = client.device(0)?;
-        let (b, t) = (self.shape.rows as i64, self.shape.tokens as i64);
+        let s = self.shape;
+        let (b, t, c) = (s.rows as i64, s.tokens() as i64, s.completion_tokens as i64);
         let attention: Vec<Pred> = self.attention.iter().map(|&a| Pred::from(a)).collect();
         Ok(vec![
             client.buffer_from_host(&self.ids, &[b, t], device)?,
             client.buffer_from_host(&attention, &[b, t], device)?,
-            client.buffer_from_host(&self.completion, &[b, t - 1], device)?,
-            client.buffer_from_host(&self.behaviour, &[b, t - 1], device)?,
+            client.buffer_from_host(&self.completion, &[b, c], device)?,
+            client.buffer_from_host(&self.behaviour, &[b, c], device)?,
             client.buffer_from_host(&self.advantages, &[b], device)?,
             client.buffer_from_host(&[normalizer], &[], device)?,
         ])
@@ -124,8 +126,13 @@ pub fn pack(
             ),
         });
     }
-    let t = token_bucket(longest, max_tokens);
-    let shape = MicroBatchShape { rows, tokens: t };
+    let longest_prompt = rollouts.iter().map(|r| r.prompt.len()).max().unwrap_or(1);
+    let longest_completion = rollouts.iter().map(|r| r.completion.len()).max().unwrap_or(1);
+    let shape = MicroBatchShape {
+        rows,
+        prompt_tokens: token_bucket(longest_prompt, max_tokens),
+        completion_tokens: token_bucket(longest_completion, max_completion_len.max(longest_completion)),
+    };
     let micro_batches = rollouts.chunks(rows).map(|chunk| micro_batch(chunk, shape)).collect();
     let valid: Vec<&Rollout> = rollouts.iter().filter(|r| r.valid).collect();
     let tokens = valid.iter().map(|r| r.completion.len()).sum();
@@ -137,27 +144,26 @@ pub fn pack(
 }
 
 fn micro_batch(chunk: &[Rollout], shape: MicroBatchShape) -> MicroBatch {
-    let (rows, t) = (shape.rows, shape.tokens);
+    let (rows, p, c) = (shape.rows, shape.prompt_tokens, shape.completion_tokens);
+    let t = p + c;
     let mut b = MicroBatch {
         shape,
         ids: vec![0; rows * t],
         attention: vec![false; rows * t],
-        completion: vec![0.0; rows * (t - 1)],
-        behaviour: vec![0.0; rows * (t - 1)],
+        completion: vec![0.0; rows * c],
+        behaviour: vec![0.0; rows * c],
         advantages: vec![0.0; rows],
     };
     for (row, r) in chunk.iter().enumerate() {
-        let sequence = r.prompt.iter().chain(&r.completion);
-        for (j, &id) in sequence.enumerate() {
-            b.ids[row * t + j] = id as i32;
-            b.attention[row * t + j] = true;
+        // The prompt ends at column P; the completion starts there.
+        let start = row * t + p - r.prompt.len();
+        for (j, &id) in r.prompt.iter().chain(&r.completion).enumerate() {
+            b.ids[start + j] = id as i32;
+            b.attention[start + j] = true;
         }
-        // Entry p − 1 + j scores completion token j (p = prompt length).
-        let first = r.prompt.len() - 1;
         for (j, &lp) in r.behaviour_logprobs.iter().enumerate() {
-            let at = row * (t - 1) + first + j;
-            b.completion[at] = if r.valid { 1.0 } else { 0.0 };
-            b.behaviour[at] = lp;
+            b.completion[row * c + j] = if r.valid { 1.0 } else { 0.0 };
+            b.behaviour[row * c + j] = lp;
         }
         b.advantages[row] = if r.valid { r.advantage } else { 0.0 };
     }

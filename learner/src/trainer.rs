@@ -4,14 +4,17 @@
 //! one micro-batch, else in a third after the gradients accumulated
 //! (grpo-xla's [`TrainStep`] / [`AccumulatingTrainStep`]).
 //!
-//! A micro-batch is `rows` sequences of `tokens` tokens (prompt then
-//! completion, right-padded); its inputs, in order:
-//! `ids [B,T] s32`, `attention [B,T] pred` (real tokens), `completion [B,T-1]
-//! f32` (1 where token `t+1` is a completion token of a scored sample),
-//! `behaviour [B,T-1] f32` (the rollout engine's log-probs of those tokens),
-//! `advantages [B] f32`, `normalizer [] f32`; then `old [B,T-1]` unless the
-//! batch is used once (on-policy: the old log-probs are the policy's own,
-//! gradient stopped) and `reference [B,T-1]` when β > 0.
+//! A micro-batch is `rows` sequences of `P + C` tokens: the prompt
+//! right-aligned in the first `P` (left padding), the completion from
+//! position `P` (right padding), so every row's completion tokens are the
+//! last `C` columns and only those positions reach the output head. Its
+//! inputs, in order: `ids [B,P+C] s32`, `attention [B,P+C] pred` (real
+//! tokens), `completion [B,C] f32` (1 where column `j` is a completion
+//! token of a scored sample), `behaviour [B,C] f32` (the rollout engine's
+//! log-probs of those tokens), `advantages [B] f32`, `normalizer [] f32`;
+//! then `old [B,C]` unless the batch is used once (on-policy: the old
+//! log-probs are the policy's own, gradient stopped) and `reference [B,C]`
+//! when β > 0.
 //!
 //! With several micro-batches the accumulating step averages gradients, so
 //! each micro-batch's normalizer is the batch's divided by their count
@@ -31,8 +34,17 @@ use crate::loss::{GrpoLoss, LossInputs, grpo_loss};
 pub struct MicroBatchShape {
     /// Sequences.
     pub rows: usize,
-    /// Tokens per sequence (prompt + completion, padded).
-    pub tokens: usize,
+    /// Prompt columns `P` (prompts right-aligned in them).
+    pub prompt_tokens: usize,
+    /// Completion columns `C` (completions left-aligned in them).
+    pub completion_tokens: usize,
+}
+
+impl MicroBatchShape {
+    /// Tokens per row, `P + C`.
+    pub fn tokens(&self) -> usize {
+        self.prompt_tokens + self.completion_tokens
+    }
 }
 
 /// Whether the step's old log-probs come in as an input.
@@ -46,21 +58,21 @@ pub enum OldLogprobs {
 
 /// The input types of a micro-batch, in order (see the module's list).
 pub fn batch_types(shape: MicroBatchShape, old: OldLogprobs, with_reference: bool) -> Vec<TensorType> {
-    let (b, t) = (shape.rows as i64, shape.tokens as i64);
-    let f32_next = TensorType::new(ElementType::F32, [b, t - 1]);
+    let (b, t, c) = (shape.rows as i64, shape.tokens() as i64, shape.completion_tokens as i64);
+    let per_completion = TensorType::new(ElementType::F32, [b, c]);
     let mut types = vec![
         TensorType::new(ElementType::S32, [b, t]),
         TensorType::new(ElementType::Pred, [b, t]),
-        f32_next.clone(),
-        f32_next.clone(),
+        per_completion.clone(),
+        per_completion.clone(),
         TensorType::new(ElementType::F32, [b]),
         TensorType::new(ElementType::F32, []),
     ];
     if old == OldLogprobs::Input {
-        types.push(f32_next.clone());
+        types.push(per_completion.clone());
     }
     if with_reference {
-        types.push(f32_next);
+        types.push(per_completion);
     }
     types
 }
@@ -88,7 +100,7 @@ pub fn traced_loss(
     };
     let (ids, attention, completion, behaviour, advantages, normalizer) =
         (&batch[0], &batch[1], &batch[2], &batch[3], &batch[4], &batch[5]);
-    let (logprobs, entropy) = decoder.token_logprobs(params, ids, attention)?;
+    let (logprobs, entropy) = decoder.token_logprobs(params, ids, attention, completion.dims()[1])?;
     let mut extra = batch[6..].iter();
     let old_logprobs = match old {
         OldLogprobs::OnPolicy => logprobs.stop_gradient()?,

@@ -16,7 +16,7 @@ fn rollout(prompt: &[u32], completion: &[u32], advantage: f32, valid: bool) -> R
 }
 
 #[test]
-fn rollouts_pack_right_padded_with_completion_masks() {
+fn prompts_pack_left_padded_and_completions_after_them() {
     let rollouts = [
         rollout(&[1, 2, 3], &[7, 8], 0.5, true),
         rollout(&[4], &[9, 10, 11], -1.0, true),
@@ -27,20 +27,24 @@ fn rollouts_pack_right_padded_with_completion_masks() {
     assert_eq!(step.tokens, 5, "the skipped sample's token does not count");
     assert_eq!(step.normalizer, 5.0);
     let first = &step.micro_batches[0];
-    assert_eq!((first.shape.rows, first.shape.tokens), (2, 16));
-    assert_eq!(first.ids[..6], [1, 2, 3, 7, 8, 0]);
-    assert_eq!(first.ids[16..20], [4, 9, 10, 11]);
-    assert_eq!(first.attention[..6], [true, true, true, true, true, false]);
-    // Row 0: entries 2 and 3 score tokens 7 and 8; row 1: entries 0–2 score 9–11.
-    assert_eq!(first.completion[..5], [0.0, 0.0, 1.0, 1.0, 0.0]);
-    assert_eq!(first.behaviour[2..4], [-0.7, -0.8]);
-    assert_eq!(first.completion[15..19], [1.0, 1.0, 1.0, 0.0]);
+    let shape = first.shape;
+    assert_eq!((shape.rows, shape.prompt_tokens, shape.completion_tokens), (2, 16, 16));
+    let t = shape.tokens();
+    // Row 0: the prompt ends at column 16, the completion starts there.
+    assert!(first.ids[..13].iter().all(|&id| id == 0));
+    assert_eq!(first.ids[13..19], [1, 2, 3, 7, 8, 0]);
+    assert_eq!(first.attention[12..19], [false, true, true, true, true, true, false]);
+    assert_eq!(first.ids[t + 15..t + 19], [4, 9, 10, 11]);
+    // Completion columns: row 0 scores 7 and 8, row 1 scores 9–11.
+    assert_eq!(first.completion[..3], [1.0, 1.0, 0.0]);
+    assert_eq!(first.behaviour[..2], [-0.7, -0.8]);
+    assert_eq!(first.completion[16..20], [1.0, 1.0, 1.0, 0.0]);
     assert_eq!(first.advantages, [0.5, -1.0]);
     // The last micro-batch: the skipped sample (no mask, no advantage) and a padding row.
     let last = &step.micro_batches[1];
     assert!(last.completion.iter().all(|&m| m == 0.0));
     assert_eq!(last.advantages, [0.0, 0.0]);
-    assert!(last.attention[16..].iter().all(|&a| !a), "the padding row is empty");
+    assert!(last.attention[t..].iter().all(|&a| !a), "the padding row is empty");
     let grpo = pack(&rollouts, 2, 64, LossType::Grpo, 8).unwrap();
     assert_eq!(grpo.normalizer, 2.0, "GRPO normalizes by the valid sequences");
     let dr = pack(&rollouts, 2, 64, LossType::DrGrpo, 8).unwrap();

@@ -7,17 +7,16 @@
 use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
+use grpo_learner::batch::{Rollout, pack};
 use grpo_learner::loss::{GrpoLoss, LossType};
-use grpo_learner::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
+use grpo_learner::trainer::{GrpoStep, OldLogprobs, StepConfig, micro_normalizer};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::weights::Safetensors;
 use grpo_xla::trace::AdamW;
-use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform, Pred};
-
-const T: usize = 12;
+use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
 fn client() -> Client {
     Client::for_platform(
@@ -33,71 +32,36 @@ fn fixture() -> (Decoder, Safetensors) {
     (Decoder::new(config), Safetensors::open_dir(&dir).unwrap())
 }
 
-/// Four sequences (two groups of two): a 4-token prompt and completions of 8, 5, 7, 3 tokens.
+/// Four sequences (two groups of two): prompts of 4 and 3 tokens (so rows
+/// are left-padded differently) and completions of 8, 5, 7, 3 tokens.
 fn sequences() -> Vec<(Vec<u32>, usize)> {
     let lengths = [8, 5, 7, 3];
     (0..4)
         .map(|i| {
-            let prompt = if i < 2 {
-                vec![5, 17, 99, 3]
-            } else {
-                vec![64, 120, 7, 42]
-            };
+            let prompt = if i < 2 { vec![5, 17, 99, 3] } else { vec![64, 120, 7] };
             let completion: Vec<u32> = (0..lengths[i]).map(|j| ((i * 31 + j * 7) % 120 + 1) as u32).collect();
             ([prompt, completion].concat(), lengths[i])
         })
         .collect()
 }
 
-/// The host-side inputs of rows `rows` (see `trainer` for the order).
-struct HostBatch {
-    ids: Vec<i32>,
-    attention: Vec<Pred>,
-    completion: Vec<f32>,
-    behaviour: Vec<f32>,
-    advantages: Vec<f32>,
-}
-
-fn host_batch(rows: std::ops::Range<usize>, logprobs: &[Vec<f32>], adv: &[f32]) -> HostBatch {
-    let seqs = sequences();
-    let mut b = HostBatch {
-        ids: Vec::new(),
-        attention: Vec::new(),
-        completion: Vec::new(),
-        behaviour: Vec::new(),
-        advantages: Vec::new(),
-    };
-    for r in rows {
-        let (ids, completion_len) = &seqs[r];
-        let prompt_len = ids.len() - completion_len;
-        for t in 0..T {
-            b.ids.push(ids.get(t).map_or(0, |&x| x as i32));
-            b.attention.push(Pred::from(t < ids.len()));
-        }
-        for t in 0..T - 1 {
-            // Entry t scores token t + 1: a completion token when t + 1 ≥ prompt_len.
-            let scored = t + 1 >= prompt_len && t + 1 < ids.len();
-            b.completion.push(if scored { 1.0 } else { 0.0 });
-            b.behaviour.push(logprobs[r].get(t).copied().unwrap_or(0.0));
-        }
-        b.advantages.push(adv[r]);
-    }
-    b
-}
-
-fn upload(client: &Client, b: &HostBatch, normalizer: f32) -> Vec<Buffer> {
-    let d = client.device(0).unwrap();
-    let rows = b.advantages.len() as i64;
-    vec![
-        client.buffer_from_host(&b.ids, &[rows, T as i64], d).unwrap(),
-        client.buffer_from_host(&b.attention, &[rows, T as i64], d).unwrap(),
-        client
-            .buffer_from_host(&b.completion, &[rows, T as i64 - 1], d)
-            .unwrap(),
-        client.buffer_from_host(&b.behaviour, &[rows, T as i64 - 1], d).unwrap(),
-        client.buffer_from_host(&b.advantages, &[rows], d).unwrap(),
-        client.buffer_from_host(&[normalizer], &[], d).unwrap(),
-    ]
+/// The sequences as scored rollouts, with the reference log-probs as the
+/// behaviour's (entry `t` of a sequence's log-probs scores token `t + 1`).
+fn rollouts(logprobs: &[Vec<f32>], adv: &[f32]) -> Vec<Rollout> {
+    sequences()
+        .into_iter()
+        .enumerate()
+        .map(|(r, (ids, n))| {
+            let p = ids.len() - n;
+            Rollout {
+                prompt: ids[..p].to_vec(),
+                completion: ids[p..].to_vec(),
+                behaviour_logprobs: logprobs[r][p - 1..p - 1 + n].to_vec(),
+                advantage: adv[r],
+                valid: true,
+            }
+        })
+        .collect()
 }
 
 /// Mean completion log-prob of each sequence under `params`.
@@ -149,9 +113,12 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
 
     // One micro-batch of four rows.
-    let whole = GrpoStep::compile(&client, &decoder, &config, MicroBatchShape { rows: 4, tokens: T }, 1).unwrap();
+    let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
+    assert_eq!(packed.normalizer, normalizer);
+    let shape = packed.micro_batches[0].shape;
+    let whole = GrpoStep::compile(&client, &decoder, &config, shape, 1).unwrap();
     let mut state = whole.init_state(params()).unwrap();
-    let batch = upload(&client, &host_batch(0..4, &logprobs, &adv), normalizer);
+    let batch = packed.micro_batches[0].upload(&client, normalizer).unwrap();
     let metrics = whole.step(&mut state, &[batch.iter().collect()], 1e-2).unwrap();
     // On-policy the ratio is 1 and nothing is clipped: loss = −Σ_b A_b·|b| / N.
     let want: f64 = -seqs
@@ -192,13 +159,15 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     }
 
     // Two micro-batches of two rows: the same update.
-    let micro = GrpoStep::compile(&client, &decoder, &config, MicroBatchShape { rows: 2, tokens: T }, 2).unwrap();
+    let packed = pack(&rollouts(&logprobs, &adv), 2, 64, LossType::Dapo, 8).unwrap();
+    let micro = GrpoStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 2).unwrap();
     let mut micro_state = micro.init_state(params()).unwrap();
     let share = micro_normalizer(normalizer, 2);
-    let halves = [
-        upload(&client, &host_batch(0..2, &logprobs, &adv), share),
-        upload(&client, &host_batch(2..4, &logprobs, &adv), share),
-    ];
+    let halves: Vec<Vec<Buffer>> = packed
+        .micro_batches
+        .iter()
+        .map(|m| m.upload(&client, share).unwrap())
+        .collect();
     let micro_metrics = micro
         .step(
             &mut micro_state,

@@ -324,30 +324,46 @@ impl Decoder {
         rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)
     }
 
-    /// Per-token log-probabilities and entropies `[B, T-1]` (f32): entry
-    /// `t` is `log p(ids[t+1] | ids[..=t])` and the entropy of that
-    /// distribution. Positions come from the mask (count of real tokens
-    /// before each one), so left and right padding both work. The output
-    /// head runs in chunks of at most [`HEAD_CHUNK`] tokens with a
-    /// recomputing gradient, so `[B, T, vocab]` logits are never held.
-    pub fn token_logprobs(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<(Tensor, Tensor)> {
+    /// Log-probabilities and entropies `[B, last]` (f32) of the last
+    /// `last` tokens of each row (at most `T − 1`): entry `j` is
+    /// `log p(ids[s+j] | ids[..s+j])` with `s = T − last`, and the entropy
+    /// of that distribution; `last = T − 1` scores every token but the
+    /// first. Positions come from the mask (count of real tokens before each
+    /// one), so left and right padding both work. Only the scored positions
+    /// reach the output head, which runs in chunks of at most
+    /// [`HEAD_CHUNK`] tokens with a recomputing gradient, so `[B, T, vocab]`
+    /// logits are never held.
+    pub fn token_logprobs(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        mask: &Tensor,
+        last: i64,
+    ) -> Result<(Tensor, Tensor)> {
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        if !(1..t).contains(&last) {
+            return Err(grpo_xla::Error::Trace {
+                op: "token_logprobs",
+                message: format!("cannot score the last {last} of {t} tokens (1 ≤ last < T)"),
+            });
+        }
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
         let allowed = causal_mask(mask)?;
         let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
         let width = hidden.dims()[2];
-        // Targets: the next token; the last position has none (its value is dropped).
-        let next = Tensor::concatenate(&[&ids.slice_axis(1, 1, t)?, &ids.slice_axis(1, 0, 1)?.zeros_like()?], 1)?;
-        let tokens = b * t;
+        // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
+        let first = t - last;
+        let scoring = hidden.slice_axis(1, first - 1, t - 1)?;
+        let targets = ids.slice_axis(1, first, t)?;
+        let tokens = b * last;
         let chunk = (1..=HEAD_CHUNK).rev().find(|&c| tokens % c == 0).unwrap_or(1);
         let (logprobs, entropy) = linear_log_probs(
-            &hidden.reshape(&[tokens, width])?,
+            &scoring.reshape(&[tokens, width])?,
             self.head_weight(tensors)?,
-            &next.reshape(&[tokens])?,
+            &targets.reshape(&[tokens])?,
             chunk,
         )?;
-        let per_row = |x: Tensor| -> Result<Tensor> { x.reshape(&[b, t])?.slice_axis(1, 0, t - 1) };
-        Ok((per_row(logprobs)?, per_row(entropy)?))
+        Ok((logprobs.reshape(&[b, last])?, entropy.reshape(&[b, last])?))
     }
 }

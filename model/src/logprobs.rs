@@ -54,7 +54,7 @@ impl LogprobsRunner {
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[batch, length])?;
         let mask = graph.parameter(ElementType::Pred, &[batch, length])?;
-        let (logprobs, entropy) = self.decoder.token_logprobs(&params, &ids, &mask)?;
+        let (logprobs, entropy) = self.decoder.token_logprobs(&params, &ids, &mask, length - 1)?;
         let program = graph.build(&[&logprobs, &entropy])?.compile(&self.client)?;
         programs.insert((batch, length), program.clone());
         Ok(program)

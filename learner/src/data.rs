@@ -91,6 +91,35 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
     Ok(examples)
 }
 
+/// `examples` with chat prompts: with `as_chat`, a text prompt becomes one
+/// user turn; with `system`, a chat prompt without a system turn gets one
+/// first (the model's template then renders it).
+pub fn to_chat(examples: Vec<Example>, as_chat: bool, system: Option<&str>) -> Vec<Example> {
+    examples
+        .into_iter()
+        .map(|mut example| {
+            if as_chat && let Prompt::Text(text) = &example.prompt {
+                example.prompt = Prompt::Chat(vec![ChatTurn {
+                    role: "user".to_string(),
+                    content: text.clone(),
+                }]);
+            }
+            if let (Some(system), Prompt::Chat(turns)) = (system, &mut example.prompt)
+                && turns.first().is_none_or(|t| t.role != "system")
+            {
+                turns.insert(
+                    0,
+                    ChatTurn {
+                        role: "system".to_string(),
+                        content: system.to_string(),
+                    },
+                );
+            }
+            example
+        })
+        .collect()
+}
+
 /// SplitMix64: a small, fixed generator for shuffles.
 struct SplitMix64(u64);
 

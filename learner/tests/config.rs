@@ -36,3 +36,53 @@ fn invalid_values_name_their_key() {
         assert!(err.contains(key), "{extra}: {err}");
     }
 }
+
+#[test]
+fn the_gsm8k_example_reads_chat_prompts_and_scores_reference_solutions() {
+    use grpo_learner::data::Prompt;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gsm8k/config.toml");
+    let config = RunConfig::from_file(&path).unwrap();
+    let (train, eval) = config.data.load().unwrap();
+    assert_eq!((train.len(), eval.len()), (200, 100));
+    let Prompt::Chat(turns) = &train[0].prompt else {
+        panic!("as_chat makes chat prompts")
+    };
+    let roles: Vec<&str> = turns.iter().map(|t| t.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user"]);
+    assert!(turns[1].content.starts_with("Natalia sold clips"));
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let pool = grpo_reward::RewardsConfig::from_toml_str(&text)
+        .unwrap()
+        .build(&grpo_reward::Registry::default())
+        .unwrap();
+    let samples: Vec<grpo_reward::Sample> = eval
+        .iter()
+        .take(20)
+        .enumerate()
+        .flat_map(|(i, row)| {
+            let solution = row.columns["answer"].as_str().unwrap().to_string();
+            let wrong = format!("{}\n#### 1234567", solution.rsplit_once("####").unwrap().0);
+            [solution, wrong].map(|completion| grpo_reward::Sample {
+                id: i as u64,
+                group_id: i as u64,
+                prompt: String::new(),
+                messages: Vec::new(),
+                completion,
+                completion_ids: Vec::new(),
+                row: row.columns.clone(),
+            })
+        })
+        .collect();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let totals = runtime.block_on(pool.score(&samples)).unwrap();
+    for (pair, sample) in totals.chunks(2).zip(samples.chunks(2)) {
+        assert_eq!(
+            pair[0].reward,
+            Some(1.0),
+            "the reference solution: {}",
+            sample[0].completion
+        );
+        assert_eq!(pair[1].reward, Some(0.0), "a wrong final number");
+    }
+}

@@ -20,7 +20,6 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use grpo_learner::checkpoint::{self, save_model};
 use grpo_learner::config::RunConfig;
-use grpo_learner::data::{load_jsonl, split};
 use grpo_learner::fleet::{Fleet, LocalFleet, RemoteFleet};
 use grpo_learner::grpo::{EvalReport, GrpoLoop, GrpoParts, Resume};
 use grpo_learner::plot::plot_metrics;
@@ -123,8 +122,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         None => model.weights,
     };
-    let examples = load_jsonl(&config.data.path, &config.data.prompt_column)?;
-    let (train, eval) = split(examples, config.data.eval_size, config.data.seed)?;
+    let (train, eval) = config.data.load()?;
     let client = args.platform.client()?;
     let device = client.device(0)?;
     let decoder = Decoder::new(model.config.clone());

@@ -165,6 +165,9 @@ pub struct AlgorithmSection {
     pub importance: String,
     /// The IS cap. Default 2.0.
     pub importance_cap: f32,
+    /// Drop groups whose rewards are all equal before the update (DAPO's
+    /// dynamic sampling, without re-sampling). Default false.
+    pub dynamic_sampling: bool,
 }
 
 impl Default for AlgorithmSection {
@@ -177,6 +180,7 @@ impl Default for AlgorithmSection {
             scale_rewards: "group".to_string(),
             importance: "token".to_string(),
             importance_cap: 2.0,
+            dynamic_sampling: false,
         }
     }
 }
@@ -441,6 +445,7 @@ impl RunConfig {
             micro_batch_rows: self.trainer.micro_batch_size,
             max_tokens: r.max_model_len,
             seed: r.seed,
+            dynamic_sampling: a.dynamic_sampling,
         };
         config.loss.validate()?;
         if config.loss.beta > 0.0 {

@@ -22,7 +22,7 @@ use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
 use grpo_rollout::request::SamplingParams;
-use grpo_xla::trace::{AdamW, Optimizer, TrainState};
+use grpo_xla::trace::{AdamW, Optimizer, StepMetrics, TrainState};
 use grpo_xla::{Buffer, Client, ElementType, TensorType};
 
 use crate::advantage::{ScaleRewards, advantages};
@@ -64,6 +64,9 @@ pub struct GrpoConfig {
     pub max_tokens: usize,
     /// The seed of the rollouts' sampling.
     pub seed: u32,
+    /// Drop groups whose rewards are all equal before the update (DAPO's
+    /// dynamic sampling, without re-sampling): they carry no signal.
+    pub dynamic_sampling: bool,
 }
 
 /// What one step did (TRL's metric names where they exist).
@@ -102,6 +105,8 @@ pub struct StepReport {
     pub time_train: f64,
     /// See `time_generation` (device → host copy and the fleet's update).
     pub time_weight_sync: f64,
+    /// Samples the update trained on (fewer than drawn under dynamic sampling).
+    pub trained_samples: usize,
     /// The rate at which the fleet took the new weights (GB/s of values).
     pub weight_sync_gb_per_s: f64,
 }
@@ -376,9 +381,11 @@ impl GrpoLoop {
             .groups
             .iter()
             .zip(&collected.prompts)
-            .flat_map(|(group, prompt)| group.iter().map(move |completion| (completion, prompt)))
             .enumerate()
-            .map(|(i, (completion, prompt))| Rollout {
+            .flat_map(|(g, (group, prompt))| group.iter().map(move |completion| (g, completion, prompt)))
+            .enumerate()
+            .filter(|(_, (g, _, _))| !(c.dynamic_sampling && adv.zero_std[*g]))
+            .map(|(i, (_, completion, prompt))| Rollout {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
                 behaviour_logprobs: completion.logprobs.clone(),
@@ -386,30 +393,18 @@ impl GrpoLoop {
                 valid: adv.valid[i],
             })
             .collect();
-        let batch = pack(
-            &rollouts,
-            c.micro_batch_rows,
-            c.max_tokens,
-            c.loss.loss_type,
-            c.max_completion_tokens,
-        )?;
-        let count = batch.micro_batches.len();
-        let shape = batch.micro_batches[0].shape;
         let lr = c.schedule.at(self.step);
-        self.compile_step(shape, count)?;
-        let step = &self.steps[&(shape, count > 1)];
-        let share = micro_normalizer(batch.normalizer, count);
-        let uploaded = batch
-            .micro_batches
-            .iter()
-            .map(|m| m.upload(&self.client, share))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
-        if self.state.optimizer.is_empty() {
-            let params = std::mem::take(&mut self.state.params);
-            self.state = step.init_state(params)?;
-        }
-        let metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        let (metrics, tokens) = if rollouts.is_empty() {
+            // Dynamic sampling dropped every group: nothing to learn from this step.
+            let nothing = StepMetrics {
+                loss: 0.0,
+                grad_norm: 0.0,
+                metrics: vec![0.0; 4],
+            };
+            (nothing, 0)
+        } else {
+            self.train(&rollouts, lr)?
+        };
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
@@ -420,8 +415,8 @@ impl GrpoLoop {
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
         let mean = present.iter().sum::<f64>() / present.len().max(1) as f64;
         let std = (present.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / present.len().max(1) as f64).sqrt();
-        let tokens = batch.tokens.max(1) as f64;
         let samples = collected.completions().count().max(1) as f64;
+        let per_token = |sum: f32| f64::from(sum) / tokens.max(1) as f64;
         let report = StepReport {
             step: self.step + 1,
             reward: mean,
@@ -436,9 +431,10 @@ impl GrpoLoop {
             loss: metrics.loss,
             grad_norm: metrics.grad_norm,
             learning_rate: lr,
-            entropy: f64::from(metrics.metrics[3]) / tokens,
-            clip_ratio_low: f64::from(metrics.metrics[0]) / tokens,
-            clip_ratio_high: f64::from(metrics.metrics[1]) / tokens,
+            entropy: per_token(metrics.metrics[3]),
+            clip_ratio_low: per_token(metrics.metrics[0]),
+            clip_ratio_high: per_token(metrics.metrics[1]),
+            trained_samples: rollouts.len(),
             time_generation: collected.time_generation,
             time_reward: collected.time_reward,
             time_train: trained,
@@ -530,6 +526,36 @@ impl GrpoLoop {
                 state,
             },
         )
+    }
+
+    /// One optimizer step on `rollouts` at learning rate `lr`: its metrics
+    /// and the completion tokens that counted.
+    fn train(&mut self, rollouts: &[Rollout], lr: f64) -> Result<(StepMetrics, usize)> {
+        let c = &self.config;
+        let batch = pack(
+            rollouts,
+            c.micro_batch_rows,
+            c.max_tokens,
+            c.loss.loss_type,
+            c.max_completion_tokens,
+        )?;
+        let count = batch.micro_batches.len();
+        let shape = batch.micro_batches[0].shape;
+        self.compile_step(shape, count)?;
+        let step = &self.steps[&(shape, count > 1)];
+        let share = micro_normalizer(batch.normalizer, count);
+        let uploaded = batch
+            .micro_batches
+            .iter()
+            .map(|m| m.upload(&self.client, share))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
+        if self.state.optimizer.is_empty() {
+            let params = std::mem::take(&mut self.state.params);
+            self.state = step.init_state(params)?;
+        }
+        let metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        Ok((metrics, batch.tokens))
     }
 
     /// Compiles the GRPO step for `count` micro-batches of `shape` unless it is.

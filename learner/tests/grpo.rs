@@ -35,8 +35,8 @@ impl SampleReward for TargetToken {
     }
 }
 
-#[test]
-fn the_reward_rises_and_the_engine_follows_the_learner() {
+/// The loop on the tiny fixture model scoring with `reward`.
+fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool) -> GrpoLoop {
     let client = Client::for_platform(Platform::Cpu, ClientOptions::default().compile_cache_dir(None)).unwrap();
     let device = client.device(0).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures");
@@ -62,7 +62,7 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
             weight: 1.0,
             timeout: Duration::from_secs(5),
             on_error: OnError::Fail,
-            reward: Arc::new(TargetToken(40)),
+            reward,
             metrics: RewardMetrics::default(),
         }],
         2,
@@ -97,6 +97,7 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
         micro_batch_rows: 8,
         max_tokens: 32,
         seed: 11,
+        dynamic_sampling,
     };
     let params = upload();
     let parts = GrpoParts {
@@ -109,7 +110,12 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
         data_seed: 5,
         params,
     };
-    let mut grpo = GrpoLoop::new(parts, config).unwrap();
+    GrpoLoop::new(parts, config).unwrap()
+}
+
+#[test]
+fn the_reward_rises_and_the_engine_follows_the_learner() {
+    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false);
     let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap().0).collect();
     let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
@@ -117,4 +123,35 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
     assert!(reports.iter().all(|r| r.loss.is_finite() && r.grad_norm.is_finite()));
     assert_eq!(reports[39].step, 40);
+}
+
+/// Scores every sample the same.
+struct Constant;
+
+impl SampleReward for Constant {
+    fn score_sample(&self, _: &Sample) -> grpo_reward::Result<Score> {
+        Ok(Score::new(1.0))
+    }
+}
+
+#[test]
+fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
+    let mut flat = tiny_loop(Arc::new(Constant), true);
+    let before: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let (report, rows) = flat.step().unwrap();
+    assert_eq!(
+        (report.trained_samples, rows.len()),
+        (0, 16),
+        "every group dropped, every row logged"
+    );
+    assert_eq!(report.frac_reward_zero_std, 1.0);
+    let after: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    assert!(before == after, "no update without signal");
+
+    let mut varied = tiny_loop(Arc::new(TargetToken(40)), true);
+    for _ in 0..3 {
+        let (report, _) = varied.step().unwrap();
+        let kept_groups = (1.0 - report.frac_reward_zero_std) * 4.0;
+        assert_eq!(report.trained_samples as f64, kept_groups * 4.0, "{report:?}");
+    }
 }

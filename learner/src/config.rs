@@ -168,6 +168,8 @@ pub struct AlgorithmSection {
     /// Drop groups whose rewards are all equal before the update (DAPO's
     /// dynamic sampling, without re-sampling). Default false.
     pub dynamic_sampling: bool,
+    /// Optimizer steps per generated batch, μ (TRL's name). Default 1.
+    pub num_iterations: usize,
 }
 
 impl Default for AlgorithmSection {
@@ -181,6 +183,7 @@ impl Default for AlgorithmSection {
             importance: "token".to_string(),
             importance_cap: 2.0,
             dynamic_sampling: false,
+            num_iterations: 1,
         }
     }
 }
@@ -446,8 +449,12 @@ impl RunConfig {
             max_tokens: r.max_model_len,
             seed: r.seed,
             dynamic_sampling: a.dynamic_sampling,
+            iterations: a.num_iterations,
         };
         config.loss.validate()?;
+        if a.num_iterations == 0 {
+            return Err(invalid("algorithm.num_iterations", "0: at least 1".to_string()));
+        }
         if config.loss.beta > 0.0 {
             return Err(invalid(
                 "algorithm.beta",

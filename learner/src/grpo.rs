@@ -33,6 +33,7 @@ use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 use crate::loss::GrpoLoss;
+use crate::old_logprobs::OldLogprobsPrograms;
 use crate::record::RolloutRow;
 use crate::schedule::Schedule;
 use crate::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
@@ -67,6 +68,9 @@ pub struct GrpoConfig {
     /// Drop groups whose rewards are all equal before the update (DAPO's
     /// dynamic sampling, without re-sampling): they carry no signal.
     pub dynamic_sampling: bool,
+    /// Optimizer steps per batch, μ ≥ 1 (TRL's `num_iterations`); with
+    /// more than one the clipped ratio is against the policy before the first.
+    pub iterations: usize,
 }
 
 /// What one step did (TRL's metric names where they exist).
@@ -154,6 +158,7 @@ pub struct GrpoLoop {
     data_seed: u64,
     state: TrainState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
+    old_logprobs: OldLogprobsPrograms,
     step: usize,
 }
 
@@ -285,6 +290,12 @@ impl GrpoLoop {
             data_seed,
             params,
         } = parts;
+        if config.iterations == 0 {
+            return Err(Error::Config {
+                field: "algorithm.num_iterations",
+                message: "0: at least one optimizer step per batch".to_string(),
+            });
+        }
         if config.group_size < 2 {
             return Err(Error::Config {
                 field: "group_size",
@@ -322,7 +333,9 @@ impl GrpoLoop {
         };
         // The fleet starts on the learner's weights, as version `step`.
         fleet.start_at(step as u64, &host_tensors(&decoder, &params)?)?;
+        let old_logprobs = OldLogprobsPrograms::new(&client, &decoder);
         Ok(GrpoLoop {
+            old_logprobs,
             client,
             decoder,
             encoder: PromptEncoder::new(tokenizer)?,
@@ -528,8 +541,10 @@ impl GrpoLoop {
         )
     }
 
-    /// One optimizer step on `rollouts` at learning rate `lr`: its metrics
-    /// and the completion tokens that counted.
+    /// `iterations` optimizer steps on `rollouts` at learning rate `lr`
+    /// (the old log-probs of the ratio taken before the first when there
+    /// are several): the last step's metrics and the completion tokens
+    /// that counted.
     fn train(&mut self, rollouts: &[Rollout], lr: f64) -> Result<(StepMetrics, usize)> {
         let c = &self.config;
         let batch = pack(
@@ -541,20 +556,30 @@ impl GrpoLoop {
         )?;
         let count = batch.micro_batches.len();
         let shape = batch.micro_batches[0].shape;
-        self.compile_step(shape, count)?;
-        let step = &self.steps[&(shape, count > 1)];
         let share = micro_normalizer(batch.normalizer, count);
-        let uploaded = batch
+        let mut uploaded = batch
             .micro_batches
             .iter()
             .map(|m| m.upload(&self.client, share))
             .collect::<Result<Vec<_>>>()?;
+        let iterations = c.iterations;
+        if iterations > 1 {
+            for inputs in &mut uploaded {
+                let old = self.old_logprobs.run(&self.state.params, shape, inputs)?;
+                inputs.push(old);
+            }
+        }
+        self.compile_step(shape, count)?;
+        let step = &self.steps[&(shape, count > 1)];
         let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
         if self.state.optimizer.is_empty() {
             let params = std::mem::take(&mut self.state.params);
             self.state = step.init_state(params)?;
         }
-        let metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        let mut metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        for _ in 1..iterations {
+            metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        }
         Ok((metrics, batch.tokens))
     }
 
@@ -565,7 +590,11 @@ impl GrpoLoop {
             let config = StepConfig {
                 dtype: ElementType::F32,
                 loss: self.config.loss,
-                old: OldLogprobs::OnPolicy,
+                old: if self.config.iterations > 1 {
+                    OldLogprobs::Input
+                } else {
+                    OldLogprobs::OnPolicy
+                },
                 optimizer: &self.config.optimizer,
                 max_grad_norm: self.config.max_grad_norm,
             };

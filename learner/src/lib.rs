@@ -16,6 +16,8 @@
 //!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
+//! - [`old_logprobs`]: the policy's completion log-probs before the first
+//!   of several optimization passes over one batch.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
 //! - [`record`]: the rollout log, `OUT/rollouts.parquet` — a Parquet
 //!   dataset folder of one atomically written part per step, truncated
@@ -41,6 +43,7 @@ mod error;
 pub mod fleet;
 pub mod grpo;
 pub mod loss;
+pub mod old_logprobs;
 pub mod plot;
 pub mod record;
 pub mod schedule;

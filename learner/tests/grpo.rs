@@ -36,7 +36,7 @@ impl SampleReward for TargetToken {
 }
 
 /// The loop on the tiny fixture model scoring with `reward`.
-fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool) -> GrpoLoop {
+fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool, iterations: usize) -> GrpoLoop {
     let client = Client::for_platform(Platform::Cpu, ClientOptions::default().compile_cache_dir(None)).unwrap();
     let device = client.device(0).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures");
@@ -98,6 +98,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool) -> Gr
         max_tokens: 32,
         seed: 11,
         dynamic_sampling,
+        iterations,
     };
     let params = upload();
     let parts = GrpoParts {
@@ -115,7 +116,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool) -> Gr
 
 #[test]
 fn the_reward_rises_and_the_engine_follows_the_learner() {
-    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false);
+    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false, 1);
     let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap().0).collect();
     let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
@@ -136,7 +137,7 @@ impl SampleReward for Constant {
 
 #[test]
 fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
-    let mut flat = tiny_loop(Arc::new(Constant), true);
+    let mut flat = tiny_loop(Arc::new(Constant), true, 1);
     let before: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
     let (report, rows) = flat.step().unwrap();
     assert_eq!(
@@ -148,10 +149,23 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
     let after: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
     assert!(before == after, "no update without signal");
 
-    let mut varied = tiny_loop(Arc::new(TargetToken(40)), true);
+    let mut varied = tiny_loop(Arc::new(TargetToken(40)), true, 1);
     for _ in 0..3 {
         let (report, _) = varied.step().unwrap();
         let kept_groups = (1.0 - report.frac_reward_zero_std) * 4.0;
         assert_eq!(report.trained_samples as f64, kept_groups * 4.0, "{report:?}");
     }
+}
+
+#[test]
+fn several_passes_over_a_batch_clip_against_the_policy_before_the_first() {
+    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false, 4);
+    let reports: Vec<_> = (0..8).map(|_| grpo.step().unwrap().0).collect();
+    assert!(reports.iter().all(|r| r.loss.is_finite()), "{reports:?}");
+    assert!(reports.iter().any(|r| r.grad_norm > 0.0), "some step had signal");
+    // By the fourth pass at this learning rate the policy has left the
+    // trust region somewhere: the ratio against the old policy clips
+    // (with one pass the ratio is 1 and nothing ever clips).
+    let clipped: f64 = reports.iter().map(|r| r.clip_ratio_low + r.clip_ratio_high).sum();
+    assert!(clipped > 0.0, "no token clipped in 8 × 4 passes: {reports:?}");
 }

@@ -1,0 +1,54 @@
+//! The policy's log-probs of a micro-batch's completion columns, computed
+//! once before the first of `μ > 1` optimization passes over a batch
+//! (TRL's `num_iterations`): they are the "old" policy of the clipped
+//! ratio in every pass ([`crate::trainer::OldLogprobs::Input`]). One
+//! forward-only program per micro-batch shape.
+
+use std::collections::HashMap;
+
+use grpo_model::decoder::Decoder;
+use grpo_xla::trace::Graph;
+use grpo_xla::{Buffer, Client, ElementType, Executable};
+
+use crate::error::Result;
+use crate::trainer::MicroBatchShape;
+
+/// Compiles and runs the old-log-prob programs of a decoder.
+pub struct OldLogprobsPrograms {
+    client: Client,
+    decoder: Decoder,
+    programs: HashMap<MicroBatchShape, Executable>,
+}
+
+impl OldLogprobsPrograms {
+    /// Programs of `decoder` with f32 parameters.
+    pub fn new(client: &Client, decoder: &Decoder) -> OldLogprobsPrograms {
+        OldLogprobsPrograms {
+            client: client.clone(),
+            decoder: decoder.clone(),
+            programs: HashMap::new(),
+        }
+    }
+
+    /// `[rows, C]` log-probs of the completion columns of the micro-batch
+    /// whose device inputs (as [`crate::batch::MicroBatch::upload`] makes
+    /// them) are `inputs`, under `params`.
+    pub fn run(&mut self, params: &[Buffer], shape: MicroBatchShape, inputs: &[Buffer]) -> Result<Buffer> {
+        if !self.programs.contains_key(&shape) {
+            let (b, t) = (shape.rows as i64, shape.tokens() as i64);
+            let graph = Graph::new(&format!("old_logprobs_{b}x{t}"));
+            let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
+            let ids = graph.parameter(ElementType::S32, &[b, t])?;
+            let attention = graph.parameter(ElementType::Pred, &[b, t])?;
+            let (logprobs, _) =
+                self.decoder
+                    .token_logprobs(&tensors, &ids, &attention, shape.completion_tokens as i64)?;
+            let program = graph.build(&[&logprobs])?.compile(&self.client)?;
+            self.programs.insert(shape, program);
+        }
+        let mut args: Vec<&Buffer> = params.iter().collect();
+        args.extend([&inputs[0], &inputs[1]]);
+        let mut out = self.programs[&shape].execute(&args)?;
+        Ok(out.remove(0))
+    }
+}

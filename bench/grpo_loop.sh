@@ -92,13 +92,17 @@ trap 'rm -rf "$WORK"' EXIT
 
 # One round of grpo: a fresh out folder (`grpo run` refuses one that holds a
 # run), its progress on stderr, then its metrics.jsonl as this benchmark's lines.
+# The reference setup is pinned whatever the example config tunes: lr 1e-5,
+# DAPO loss, one pass per batch, no dynamic sampling (as TRL runs).
 grpo_round() {
     local round=$1 out=$WORK/grpo-$1 eval_every=0
     ((EVAL)) && eval_every=$STEPS # evaluates before step 1 and after step S
     "$GRPO" run "$CONFIG" --out "$out" --max-steps "$STEPS" \
         --set trainer.eval_every="$eval_every" --set checkpoint.every=0 \
         --set rollout.prompts_per_step="$PROMPTS" --set rollout.group_size="$SAMPLES" \
-        --set rollout.max_completion_tokens="$MAX_TOKENS" --set data.eval_size="$EVAL_SIZE" >&2
+        --set rollout.max_completion_tokens="$MAX_TOKENS" --set data.eval_size="$EVAL_SIZE" \
+        --set optimizer.lr=1e-5 --set algorithm.loss_type='"dapo"' --set algorithm.num_iterations=1 \
+        --set algorithm.dynamic_sampling=false --set rollout.temperature=1.0 >&2
     "$PY" - "$out/metrics.jsonl" "$round" <<'PYTHON'
 import json, sys
 path, round_ = sys.argv[1], int(sys.argv[2])

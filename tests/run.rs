@@ -300,3 +300,70 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
         "a refused token names the worker: {err}"
     );
 }
+
+#[test]
+fn a_worker_that_dies_stops_the_run_with_a_message_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 200\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let mut worker = Worker::start(&dir.path().join("tiny"), "s3cret");
+    let workers = format!("rollout.workers=[\"{}\"]", worker.addr);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config.to_str().unwrap(), "--set", &workers])
+        .env("GRPO_WORKER_TOKEN", "s3cret")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = dir.path().join("out/metrics.jsonl");
+    let started = Instant::now();
+    while std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) < 2 {
+        assert!(run.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(started.elapsed() < Duration::from_secs(300), "no steps in 5 minutes");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    let killed = Instant::now();
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if killed.elapsed() > Duration::from_secs(120) {
+            run.kill().unwrap();
+            panic!("the run hung after its worker died");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the run cannot go on without its only worker");
+    assert!(err.contains(&worker.addr), "the error names the worker: {err}");
+}
+
+#[test]
+fn a_hanging_reward_plugin_costs_its_scores_not_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 2\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        "\n[[reward]]\ntype = \"command\"\ncommand = [\"sleep\", \"1000\"]\ntimeout_s = 0.5\non_error = \"skip\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let started = Instant::now();
+    run_ok(&["run", config.to_str().unwrap()]);
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "the run did not wait on the plug-in"
+    );
+    for line in &lines(&dir.path().join("out/metrics.jsonl")) {
+        let waited = line["time_reward"].as_f64().unwrap();
+        assert!(
+            (0.4..30.0).contains(&waited),
+            "each step waited out the timeout once: {line}"
+        );
+    }
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert!(
+        rows.iter().all(|r| r.reward.is_some()),
+        "the regex reward still scored every sample"
+    );
+}

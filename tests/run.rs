@@ -9,24 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{grpo_installed, stdout};
+use common::{grpo_installed, tiny_model};
 use grpo_learner::record::read_rollouts;
 
 /// A run config for a tiny random model in `dir`, with `extra` appended
 /// (later keys of a section are refused by TOML, so `extra` adds tables).
 fn tiny_run(dir: &Path, trainer: &str) -> PathBuf {
-    let model = dir.join("tiny");
-    if !model.exists() {
-        stdout(&grpo_installed(&[
-            "init-model",
-            "--family",
-            "llama",
-            "--preset",
-            "tiny",
-            "--out",
-            model.to_str().unwrap(),
-        ]));
-    }
+    let model = tiny_model(dir);
     let rows: String = (0..12)
         .map(|i| format!("{{\"prompt\": \"Say {}:\", \"answer\": \"{}\"}}\n", i % 10, i % 10))
         .collect();

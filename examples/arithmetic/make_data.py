@@ -14,21 +14,28 @@ import pathlib
 import random
 
 
+def problems(seed: int, rows: int):
+    """`rows` seeded problems as (expression, answer, question); the SFT
+    example's data comes from here too."""
+    rng = random.Random(seed)
+    for _ in range(rows):
+        digits = rng.choice([1, 2])
+        a = rng.randint(0, 10**digits - 1)
+        b = rng.randint(0, 10**digits - 1)
+        op = rng.choice(["+", "-"])
+        answer = a + b if op == "+" else a - b
+        question = f"What is {a} {op} {b}? Give the answer as a number at the end, like: The answer is 7."
+        yield f"{a} {op} {b}", answer, question
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
     out = pathlib.Path(__file__).with_name("data.jsonl")
     with out.open("w") as f:
-        for _ in range(args.rows):
-            digits = rng.choice([1, 2])
-            a = rng.randint(0, 10**digits - 1)
-            b = rng.randint(0, 10**digits - 1)
-            op = rng.choice(["+", "-"])
-            answer = a + b if op == "+" else a - b
-            question = f"What is {a} {op} {b}? Give the answer as a number at the end, like: The answer is 7."
+        for _, answer, question in problems(args.seed, args.rows):
             row = {"prompt": [{"role": "user", "content": question}], "answer": str(answer)}
             f.write(json.dumps(row) + "\n")
     print(f"wrote {args.rows} rows to {out}")

@@ -53,15 +53,27 @@ impl MicroBatch {
     pub fn upload(&self, client: &Client, normalizer: f32) -> Result<Vec<Buffer>> {
         let device = client.device(0)?;
         let s = self.shape;
+        let (b, c) = (s.rows as i64, s.completion_tokens as i64);
+        let mut inputs = self.upload_tokens(client)?;
+        inputs.extend([
+            client.buffer_from_host(&self.behaviour, &[b, c], device)?,
+            client.buffer_from_host(&self.advantages, &[b], device)?,
+            client.buffer_from_host(&[normalizer], &[], device)?,
+        ]);
+        Ok(inputs)
+    }
+
+    /// Its first three device inputs: `ids`, `attention`, `completion`
+    /// (all a loss over completion tokens needs; see [`crate::sft`]).
+    pub fn upload_tokens(&self, client: &Client) -> Result<Vec<Buffer>> {
+        let device = client.device(0)?;
+        let s = self.shape;
         let (b, t, c) = (s.rows as i64, s.tokens() as i64, s.completion_tokens as i64);
         let attention: Vec<Pred> = self.attention.iter().map(|&a| Pred::from(a)).collect();
         Ok(vec![
             client.buffer_from_host(&self.ids, &[b, t], device)?,
             client.buffer_from_host(&attention, &[b, t], device)?,
             client.buffer_from_host(&self.completion, &[b, c], device)?,
-            client.buffer_from_host(&self.behaviour, &[b, c], device)?,
-            client.buffer_from_host(&self.advantages, &[b], device)?,
-            client.buffer_from_host(&[normalizer], &[], device)?,
         ])
     }
 }

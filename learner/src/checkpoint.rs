@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use grpo_model::config::ModelConfig;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
-use grpo_xla::{Buffer, ElementType};
+use grpo_xla::trace::Optimizer;
+use grpo_xla::{Buffer, ElementType, TensorType};
 
 use crate::error::{Error, Result};
 
@@ -198,4 +199,73 @@ pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
         optimizer,
         state,
     })
+}
+
+/// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
+/// the parameters (`m.model.norm.weight`), as checkpoints store them.
+pub fn optimizer_names(decoder: &grpo_model::decoder::Decoder, optimizer: &dyn Optimizer) -> Vec<(String, TensorType)> {
+    optimizer
+        .state_spec(&crate::trainer::param_types(decoder, ElementType::F32))
+        .into_iter()
+        .map(|(name, ty)| {
+            let named = match name.split_once('.') {
+                Some((slot, index)) => match index.parse::<usize>() {
+                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
+                    Err(_) => name,
+                },
+                None => name,
+            };
+            (named, ty)
+        })
+        .collect()
+}
+
+/// `params` (in `decoder`'s order) with their names.
+pub fn named_params<'a>(decoder: &'a grpo_model::decoder::Decoder, params: &'a [Buffer]) -> Vec<(&'a str, &'a Buffer)> {
+    decoder
+        .parameters()
+        .iter()
+        .map(|p| p.name.as_str())
+        .zip(params)
+        .collect()
+}
+
+/// Writes a training loop's checkpoint after `step` steps: its parameters
+/// and `optimizer` state (named by [`optimizer_names`]) and its loop `state`.
+pub struct TrainingCheckpoint<'a> {
+    /// Steps done.
+    pub step: u64,
+    /// The model's config and tokenizer (copied into the folder).
+    pub model: (&'a ModelConfig, &'a Tokenizer),
+    /// The decoder the buffers belong to.
+    pub decoder: &'a grpo_model::decoder::Decoder,
+    /// The optimizer, for the names of its state.
+    pub optimizer: &'a dyn Optimizer,
+    /// Parameters and optimizer state.
+    pub state: &'a grpo_xla::trace::TrainState,
+    /// The loop's state (`trainer_state.json`).
+    pub loop_state: serde_json::Value,
+}
+
+impl TrainingCheckpoint<'_> {
+    /// Writes `OUT/checkpoint-<step>/` atomically; returns the folder.
+    pub fn save(self, out: &Path) -> Result<PathBuf> {
+        let names = optimizer_names(self.decoder, self.optimizer);
+        let optimizer = names
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .zip(&self.state.optimizer)
+            .collect();
+        save(
+            out,
+            &CheckpointParts {
+                step: self.step,
+                config: self.model.0,
+                tokenizer: self.model.1,
+                params: named_params(self.decoder, &self.state.params),
+                optimizer,
+                state: self.loop_state,
+            },
+        )
+    }
 }

@@ -290,15 +290,19 @@ fn choice<T: Copy>(field: &'static str, value: &str, options: &[(&str, T)]) -> R
         })
 }
 
+/// The text of the config file `path`.
+pub(crate) fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::Data {
+        path: path.to_path_buf(),
+        line: 0,
+        message: format!("cannot read: {e}"),
+    })
+}
+
 impl RunConfig {
     /// Reads `path`; data and output paths become relative to its folder.
     pub fn from_file(path: &Path) -> Result<RunConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Data {
-            path: path.to_path_buf(),
-            line: 0,
-            message: format!("cannot read: {e}"),
-        })?;
-        Self::from_toml_at(&text, path.parent().unwrap_or(Path::new(".")))
+        Self::from_toml_at(&read_text(path)?, path.parent().unwrap_or(Path::new(".")))
     }
 
     /// Parses TOML text of a config file in folder `base` (relative data

@@ -22,12 +22,12 @@ use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
 use grpo_rollout::request::SamplingParams;
-use grpo_xla::trace::{AdamW, Optimizer, StepMetrics, TrainState};
-use grpo_xla::{Buffer, Client, ElementType, TensorType};
+use grpo_xla::trace::{AdamW, StepMetrics, TrainState};
+use grpo_xla::{Buffer, Client, ElementType};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
-use crate::checkpoint::{CheckpointParts, LoadedCheckpoint, host_tensor};
+use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensor, named_params, optimizer_names};
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
@@ -245,30 +245,6 @@ fn host_tensors(decoder: &Decoder, params: &[Buffer]) -> Result<Vec<(String, Hos
         .iter()
         .zip(params)
         .map(|(spec, buffer)| Ok((spec.name.clone(), host_tensor(buffer)?)))
-        .collect()
-}
-
-/// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
-/// the parameters (`m.model.norm.weight`), as checkpoints store them.
-fn optimizer_names(decoder: &Decoder, optimizer: &AdamW) -> Vec<(String, TensorType)> {
-    let params: Vec<TensorType> = decoder
-        .parameters()
-        .iter()
-        .map(|p| TensorType::new(ElementType::F32, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
-        .collect();
-    optimizer
-        .state_spec(&params)
-        .into_iter()
-        .map(|(name, ty)| {
-            let named = match name.split_once('.') {
-                Some((slot, index)) => match index.parse::<usize>() {
-                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
-                    Err(_) => name,
-                },
-                None => name,
-            };
-            (named, ty)
-        })
         .collect()
 }
 
@@ -521,24 +497,15 @@ impl GrpoLoop {
 
     /// Writes `OUT/checkpoint-<step>/` (policy, optimizer state, loop state), atomically.
     pub fn checkpoint(&self, out: &Path, config: &ModelConfig, tokenizer: &Tokenizer) -> Result<PathBuf> {
-        let names = optimizer_names(&self.decoder, &self.config.optimizer);
-        let optimizer: Vec<(&str, &Buffer)> = names
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .zip(&self.state.optimizer)
-            .collect();
-        let state = serde_json::to_value(self.loop_state()).expect("the loop state serializes");
-        crate::checkpoint::save(
-            out,
-            &CheckpointParts {
-                step: self.step as u64,
-                config,
-                tokenizer,
-                params: self.named_params(),
-                optimizer,
-                state,
-            },
-        )
+        TrainingCheckpoint {
+            step: self.step as u64,
+            model: (config, tokenizer),
+            decoder: &self.decoder,
+            optimizer: &self.config.optimizer,
+            state: &self.state,
+            loop_state: serde_json::to_value(self.loop_state()).expect("the loop state serializes"),
+        }
+        .save(out)
     }
 
     /// `iterations` optimizer steps on `rollouts` at learning rate `lr`
@@ -616,11 +583,6 @@ impl GrpoLoop {
 
     /// The parameters with their names.
     pub fn named_params(&self) -> Vec<(&str, &Buffer)> {
-        self.decoder
-            .parameters()
-            .iter()
-            .map(|p| p.name.as_str())
-            .zip(&self.state.params)
-            .collect()
+        named_params(&self.decoder, &self.state.params)
     }
 }

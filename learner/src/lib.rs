@@ -28,6 +28,9 @@
 //!   in memory) or rollout workers over gRPC (weights pushed in chunks).
 //! - [`grpo`]: one on-policy GRPO iteration in one process (engine →
 //!   rewards → advantages → train step → weights back to the engine).
+//! - [`sft`]: supervised fine-tuning for warm starts — TRL SFTTrainer's
+//!   completion-only loss (mean NLL of completion tokens) on the trainer's
+//!   machinery, its `grpo sft` config, a seeded loop and the eval loss.
 //! - [`trainer`]: the GRPO train step over a decoder as one XLA program
 //!   (or micro-batch gradients accumulated, then the update).
 
@@ -47,6 +50,7 @@ pub mod old_logprobs;
 pub mod plot;
 pub mod record;
 pub mod schedule;
+pub mod sft;
 pub mod trainer;
 
 pub use error::{Error, Result};

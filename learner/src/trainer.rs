@@ -138,14 +138,69 @@ pub struct StepConfig<'a> {
     pub max_grad_norm: Option<f64>,
 }
 
-/// A compiled GRPO step: one program when a batch is one micro-batch,
-/// else gradient accumulation (first, accumulate, apply).
-pub enum GrpoStep {
-    /// Forward, loss, backward, clipping and AdamW in one program.
+/// The types of `decoder`'s parameters in `dtype`, in its order.
+pub fn param_types(decoder: &Decoder, dtype: ElementType) -> Vec<TensorType> {
+    decoder
+        .parameters()
+        .iter()
+        .map(|p| TensorType::new(dtype, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// A compiled train step of any loss: one program when a batch is one
+/// micro-batch, else gradient accumulation (first, accumulate, apply).
+/// The GRPO step and the SFT step ([`crate::sft`]) are both one.
+pub enum TrainProgram {
+    /// Forward, loss, backward, clipping and the update in one program.
     Whole(TrainStep),
     /// Micro-batch gradients accumulated, then the update.
     Accumulating(AccumulatingTrainStep),
 }
+
+impl TrainProgram {
+    /// Traces `loss` (a scalar and its metrics) and compiles the step for
+    /// `micro_batches` micro-batches of `spec.batch`.
+    pub fn compile(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        micro_batches: usize,
+        loss: impl Fn(&[Tensor], &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)>,
+    ) -> Result<TrainProgram> {
+        Ok(if micro_batches <= 1 {
+            TrainProgram::Whole(TrainStep::compile_with_metrics(client, spec, loss)?)
+        } else {
+            TrainProgram::Accumulating(AccumulatingTrainStep::compile_with_metrics(client, spec, loss)?)
+        })
+    }
+
+    /// A training state of `params` with zeroed optimizer state.
+    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
+        Ok(match self {
+            TrainProgram::Whole(step) => step.init_state(params)?,
+            TrainProgram::Accumulating(step) => step.init_state(params)?,
+        })
+    }
+
+    /// One optimizer step over `micro_batches` (each the step's batch inputs).
+    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
+        Ok(match (self, micro_batches) {
+            (TrainProgram::Whole(step), [batch]) => step.step(state, batch, lr)?,
+            (TrainProgram::Accumulating(step), _) => step.step(state, micro_batches, lr)?,
+            (TrainProgram::Whole(_), _) => {
+                return Err(crate::Error::Config {
+                    field: "micro_batches",
+                    message: format!(
+                        "this step was compiled for one micro-batch, given {}",
+                        micro_batches.len()
+                    ),
+                });
+            }
+        })
+    }
+}
+
+/// A compiled GRPO step (a [`TrainProgram`] of [`traced_loss`]).
+pub struct GrpoStep(TrainProgram);
 
 impl GrpoStep {
     /// Compiles the step for `micro_batches` micro-batches of `shape`.
@@ -157,47 +212,23 @@ impl GrpoStep {
         micro_batches: usize,
     ) -> Result<GrpoStep> {
         config.loss.validate()?;
-        let params = decoder
-            .parameters()
-            .iter()
-            .map(|p| TensorType::new(config.dtype, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
-            .collect();
         let spec = TrainStepSpec {
-            params,
+            params: param_types(decoder, config.dtype),
             batch: batch_types(shape, config.old, config.loss.beta > 0.0),
             optimizer: config.optimizer,
             max_grad_norm: config.max_grad_norm,
         };
         let loss = |params: &[Tensor], batch: &[Tensor]| traced_loss(decoder, &config.loss, config.old, params, batch);
-        Ok(if micro_batches <= 1 {
-            GrpoStep::Whole(TrainStep::compile_with_metrics(client, &spec, loss)?)
-        } else {
-            GrpoStep::Accumulating(AccumulatingTrainStep::compile_with_metrics(client, &spec, loss)?)
-        })
+        Ok(GrpoStep(TrainProgram::compile(client, &spec, micro_batches, loss)?))
     }
 
     /// A training state of `params` with zeroed optimizer state.
     pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        Ok(match self {
-            GrpoStep::Whole(step) => step.init_state(params)?,
-            GrpoStep::Accumulating(step) => step.init_state(params)?,
-        })
+        self.0.init_state(params)
     }
 
     /// One optimizer step over `micro_batches` (inputs as [`batch_types`]).
     pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
-        Ok(match (self, micro_batches) {
-            (GrpoStep::Whole(step), [batch]) => step.step(state, batch, lr)?,
-            (GrpoStep::Accumulating(step), _) => step.step(state, micro_batches, lr)?,
-            (GrpoStep::Whole(_), _) => {
-                return Err(crate::Error::Config {
-                    field: "micro_batches",
-                    message: format!(
-                        "this step was compiled for one micro-batch, given {}",
-                        micro_batches.len()
-                    ),
-                });
-            }
-        })
+        self.0.step(state, micro_batches, lr)
     }
 }

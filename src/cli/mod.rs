@@ -1,6 +1,7 @@
 //! Subcommands of the `grpo` binary, one module each.
 
 mod bench;
+mod config_args;
 mod convert;
 mod devices;
 mod generate;
@@ -11,6 +12,7 @@ mod reward;
 mod run;
 mod serve;
 mod setup;
+mod sft;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +29,8 @@ pub struct Cli {
 enum Command {
     /// Fine-tune a policy with GRPO as a run config says.
     Run(run::RunArgs),
+    /// Supervised fine-tuning on prompt/completion pairs (a warm start for `run`).
+    Sft(sft::SftArgs),
     /// Install a PJRT plugin (the CPU one by default) into grpo's cache folder.
     Setup(setup::SetupArgs),
     /// Show the plugin, its versions and its devices.
@@ -64,6 +68,7 @@ impl Cli {
             Command::Logprobs(args) => logprobs::run(&args),
             Command::Reward(args) => reward::run(&args),
             Command::Run(args) => run::run(&args),
+            Command::Sft(args) => sft::run(&args),
             Command::Bench(command) => command.run(),
         }
     }

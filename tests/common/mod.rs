@@ -39,3 +39,20 @@ pub fn stdout(output: &Output) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// A tiny random llama (`grpo init-model --preset tiny`) at `dir/tiny`, made once.
+pub fn tiny_model(dir: &std::path::Path) -> PathBuf {
+    let model = dir.join("tiny");
+    if !model.exists() {
+        stdout(&grpo_installed(&[
+            "init-model",
+            "--family",
+            "llama",
+            "--preset",
+            "tiny",
+            "--out",
+            model.to_str().unwrap(),
+        ]));
+    }
+    model
+}

@@ -32,6 +32,7 @@ use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_rollout::worker::Token;
 use grpo_xla::ElementType;
 
+use crate::cli::config_args::ConfigArgs;
 use crate::cli::platform::PlatformArgs;
 use metrics::MetricsLog;
 use progress::Progress;
@@ -41,34 +42,19 @@ use progress::Progress;
 pub struct RunArgs {
     #[command(flatten)]
     platform: PlatformArgs,
-    /// The run config (TOML).
-    config: PathBuf,
-    /// Overrides `[trainer] max_steps`.
-    #[arg(long)]
-    max_steps: Option<usize>,
-    /// Overrides `[logging] out`.
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArgs,
     /// Continues the run in OUT from its newest checkpoint.
     #[arg(long)]
     resume: bool,
-    /// Overrides any setting: `section.key=value` (a TOML value), repeatable.
-    #[arg(long = "set")]
-    overrides: Vec<String>,
 }
 
 /// The config file with the command line's overrides applied.
 fn read_config(args: &RunArgs) -> anyhow::Result<(String, RunConfig)> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("reading the run config {}", args.config.display()))?;
-    let mut overrides = args.overrides.clone();
-    if let Some(steps) = args.max_steps {
-        overrides.push(format!("trainer.max_steps={steps}"));
-    }
-    let text = RunConfig::with_overrides(&text, &overrides)?;
-    let base = args.config.parent().unwrap_or(Path::new("."));
-    let mut config = RunConfig::from_toml_at(&text, base).with_context(|| format!("in {}", args.config.display()))?;
-    if let Some(out) = &args.out {
+    let (text, base) = args.config.text()?;
+    let mut config =
+        RunConfig::from_toml_at(&text, base).with_context(|| format!("in {}", args.config.config.display()))?;
+    if let Some(out) = &args.config.out {
         config.logging.out = out.clone();
     }
     Ok((text, config))

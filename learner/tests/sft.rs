@@ -1,0 +1,214 @@
+//! The SFT step on a tiny fixture model (real CPU plugin): its loss equals
+//! the mean completion NLL of the separate log-prob program (prompts of
+//! different lengths, so rows are left-padded differently); two
+//! micro-batches update the parameters as one whole batch does; a few dozen
+//! steps on a tiny set memorise it; the config refuses unknown keys.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use grpo_learner::data::{Example, Prompt};
+use grpo_learner::schedule::{Decay, Schedule};
+use grpo_learner::sft::{
+    SftConfig, SftExample, SftLoop, SftParts, SftRunConfig, SftStep, SftStepConfig, encode_examples, pack_examples,
+    upload_batch,
+};
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::Safetensors;
+use grpo_xla::trace::AdamW;
+use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
+
+fn client() -> Client {
+    Client::for_platform(
+        Platform::Cpu,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
+}
+
+fn fixture() -> (Decoder, Safetensors) {
+    let dir = fixtures().join("parity/llama");
+    let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
+    (Decoder::new(config), Safetensors::open_dir(&dir).unwrap())
+}
+
+/// Four pairs: prompts of 4, 2, 5 and 3 tokens, completions of 6, 3, 5, 2.
+fn examples() -> Vec<SftExample> {
+    let prompts = [4, 2, 5, 3];
+    let completions = [6, 3, 5, 2];
+    (0..4)
+        .map(|i| SftExample {
+            prompt: (0..prompts[i]).map(|j| ((i * 13 + j * 5) % 100 + 3) as u32).collect(),
+            completion: (0..completions[i])
+                .map(|j| ((i * 31 + j * 7) % 120 + 1) as u32)
+                .collect(),
+        })
+        .collect()
+}
+
+/// Mean completion NLL of `examples` under `params`, from the log-prob program.
+fn host_nll(runner: &LogprobsRunner, params: &[Buffer], examples: &[SftExample]) -> f64 {
+    let ids: Vec<Vec<u32>> = examples
+        .iter()
+        .map(|e| [e.prompt.clone(), e.completion.clone()].concat())
+        .collect();
+    let stats = runner.run(params, &ids).unwrap();
+    let (mut nll, mut tokens) = (0.0, 0);
+    for (e, s) in examples.iter().zip(&stats) {
+        let first = e.prompt.len() - 1;
+        nll -= s.logprobs[first..first + e.completion.len()]
+            .iter()
+            .map(|&x| f64::from(x))
+            .sum::<f64>();
+        tokens += e.completion.len();
+    }
+    nll / tokens as f64
+}
+
+#[test]
+fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
+    let data = examples();
+    let want = host_nll(&runner, &params(), &data);
+
+    let optimizer = AdamW {
+        weight_decay: 0.0,
+        ..AdamW::default()
+    };
+    let config = SftStepConfig {
+        dtype: ElementType::F32,
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+    };
+    let packed = pack_examples(&data, 4, 64).unwrap();
+    assert_eq!(packed.tokens, 16);
+    assert_eq!(packed.normalizer, 16.0);
+    let whole = SftStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 1).unwrap();
+    let mut state = whole.init_state(params()).unwrap();
+    let inputs = upload_batch(&client, &packed).unwrap();
+    let metrics = whole.step(&mut state, &[inputs[0].iter().collect()], 1e-2).unwrap();
+    let loss = f64::from(metrics.loss);
+    assert!((loss - want).abs() < 1e-5 * want, "loss {loss} vs host {want}");
+    assert!(
+        (f64::from(metrics.metrics[0]) - want * 16.0).abs() < 1e-4 * want * 16.0,
+        "NLL sum"
+    );
+    let after = host_nll(&runner, &state.params, &data);
+    assert!(after < want, "one step lowers the NLL: {want} → {after}");
+
+    // Two micro-batches of two rows: the same loss, norm and update.
+    let halves = pack_examples(&data, 2, 64).unwrap();
+    assert_eq!(halves.micro_batches.len(), 2);
+    let micro = SftStep::compile(&client, &decoder, &config, halves.micro_batches[0].shape, 2).unwrap();
+    let mut micro_state = micro.init_state(params()).unwrap();
+    let inputs = upload_batch(&client, &halves).unwrap();
+    let refs: Vec<Vec<&Buffer>> = inputs.iter().map(|b| b.iter().collect()).collect();
+    let micro_metrics = micro.step(&mut micro_state, &refs, 1e-2).unwrap();
+    assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);
+    assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
+    for (a, b) in state.params.iter().zip(&micro_state.params) {
+        for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+}
+
+#[test]
+fn a_few_dozen_steps_memorise_a_tiny_set() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let data = examples();
+    let config = SftConfig {
+        batch_size: 4,
+        micro_batch_rows: 2,
+        max_length: 64,
+        schedule: Schedule {
+            lr: 1e-2,
+            warmup: 2,
+            total: 30,
+            decay: Decay::Cosine,
+        },
+        optimizer: AdamW {
+            weight_decay: 0.0,
+            ..AdamW::default()
+        },
+        max_grad_norm: Some(1.0),
+    };
+    let parts = SftParts {
+        client: client.clone(),
+        decoder,
+        data: data.clone(),
+        data_seed: 3,
+        params,
+    };
+    let mut sft = SftLoop::new(parts, config).unwrap();
+    let before = sft.evaluate(&data).unwrap();
+    let reports: Vec<_> = (0..30).map(|_| sft.step().unwrap()).collect();
+    let after = sft.evaluate(&data).unwrap();
+    eprintln!(
+        "eval loss {:.3} → {:.3}; train loss {:.3} → {:.3}",
+        before.loss, after.loss, reports[0].loss, reports[29].loss
+    );
+    assert_eq!(before.tokens, 16);
+    assert!(
+        (f64::from(reports[0].loss) - before.loss).abs() < 1e-4 * before.loss,
+        "the first step's loss is the eval loss of its (whole) batch"
+    );
+    assert!(after.loss < 0.5 * before.loss, "{} → {}", before.loss, after.loss);
+    assert!(
+        reports
+            .iter()
+            .all(|r| r.loss.is_finite() && r.grad_norm.is_finite() && r.tokens == 16)
+    );
+    assert_eq!(reports[29].step, 30);
+    assert_eq!(sft.steps_done(), 30);
+    assert_eq!(sft.compiled_steps(), 1);
+}
+
+#[test]
+fn examples_are_the_prompt_then_the_completion_and_eos() {
+    let tokenizer = Arc::new(Tokenizer::from_file(fixtures().join("tokenizer/tiny/tokenizer.json")).unwrap());
+    let mut columns = serde_json::Map::new();
+    columns.insert("answer".to_string(), serde_json::json!(" 4."));
+    let rows = vec![Example {
+        index: 0,
+        prompt: Prompt::Text("2 + 2 =".to_string()),
+        columns,
+    }];
+    let encoded = encode_examples(&tokenizer, &rows, "answer", 64).unwrap();
+    let mut completion = tokenizer.encode(" 4.", false).unwrap();
+    completion.extend(tokenizer.eos_id());
+    assert_eq!(encoded[0].prompt, tokenizer.encode("2 + 2 =", true).unwrap());
+    assert_eq!(encoded[0].completion, completion);
+    let cut = encode_examples(&tokenizer, &rows, "answer", encoded[0].prompt.len() + 1).unwrap();
+    assert_eq!(cut[0].completion, completion[..1]);
+    let error = encode_examples(&tokenizer, &rows, "completion", 64).unwrap_err();
+    assert!(error.to_string().contains("no `completion` column"), "{error}");
+}
+
+#[test]
+fn the_config_has_defaults_and_refuses_unknown_keys() {
+    let text = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
+    let config = SftRunConfig::from_toml_str(text).unwrap();
+    assert_eq!(config.data.completion_column, "completion");
+    assert_eq!(config.trainer.batch_size, 8);
+    assert_eq!(config.logging.out, Path::new("runs/sft"));
+    let error = SftRunConfig::from_toml_str(&format!("{text}[trainer]\nbatch_sise = 4\n")).unwrap_err();
+    assert!(error.to_string().contains("trainer.batch_sise"), "{error}");
+    let text = SftRunConfig::with_overrides(text, &["trainer.max_steps=7".to_string()]).unwrap();
+    assert_eq!(SftRunConfig::from_toml_str(&text).unwrap().trainer.max_steps, 7);
+}

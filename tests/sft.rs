@@ -1,0 +1,75 @@
+//! `grpo sft` end to end on a tiny random model: metrics lines with the
+//! eval loss, a final folder `grpo logprobs` scores, a bad key refused
+//! naming it, and an output folder that already holds a run refused.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{grpo_installed, stdout, tiny_model};
+
+/// A tiny random model, a JSONL of sums and an SFT config in `dir`.
+fn tiny_sft(dir: &Path, extra: &str) -> PathBuf {
+    let model = tiny_model(dir);
+    let rows: String = (0..10)
+        .map(|i| format!("{{\"prompt\": \"{i} + 1 =\", \"completion\": \" {}.\"}}\n", i + 1))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let config = dir.join("config.toml");
+    let text = format!(
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmax_steps = 3\nbatch_size = 4\nmicro_batch_size = 2\neval_every = 2\nmax_length = 32\n{extra}\n[logging]\nout = \"out\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[test]
+fn sft_writes_metrics_and_a_final_model_that_logprobs_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_sft(dir.path(), "");
+    stdout(&grpo_installed(&["sft", config.to_str().unwrap()]));
+    let out = dir.path().join("out");
+    let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let steps: Vec<u64> = lines.iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [0, 1, 2, 3], "an eval line, then one line per step");
+    assert!(lines[0]["eval_loss"].as_f64().unwrap() > 0.0);
+    for line in &lines[1..] {
+        for key in ["loss", "grad_norm", "learning_rate", "step_time"] {
+            assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
+        }
+        assert!(line["tokens"].as_u64().unwrap() > 0);
+    }
+    assert!(lines[1].get("eval_loss").is_none());
+    assert!(lines[2]["eval_loss"].is_f64() && lines[3]["eval_loss"].is_f64());
+
+    let input = dir.path().join("score.jsonl");
+    std::fs::write(&input, "{\"prompt\": \"3 + 1 =\", \"completion\": \" 4.\"}\n").unwrap();
+    let final_dir = out.join("final");
+    let scored = stdout(&grpo_installed(&[
+        "logprobs",
+        "--model",
+        final_dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ]));
+    let line: serde_json::Value = serde_json::from_str(scored.lines().next().unwrap()).unwrap();
+    let logprobs = line["logprobs"].as_array().unwrap();
+    assert!(!logprobs.is_empty() && logprobs.iter().all(|v| v.as_f64().is_some_and(|x| x <= 0.0)));
+
+    let again = grpo_installed(&["sft", config.to_str().unwrap()]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a run"));
+}
+
+#[test]
+fn sft_refuses_an_unknown_key_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_sft(dir.path(), "warmup = 3\n");
+    let out = grpo_installed(&["sft", config.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("trainer.warmup"), "{stderr}");
+    let out = grpo_installed(&["sft", config.to_str().unwrap(), "--set", "trainer.warmup=1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("trainer.warmup"));
+}

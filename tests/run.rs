@@ -67,6 +67,7 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
             "step_time",
             "time_generation",
             "time_train",
+            "kl",
         ] {
             assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
         }
@@ -115,7 +116,8 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
 
 #[test]
 fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
-    let trainer = "max_steps = 8\neval_every = 4\n\n[checkpoint]\nevery = 4\nkeep_last = 0";
+    // With a KL term: the resumed run must take its reference from the model, not the checkpoint.
+    let trainer = "max_steps = 8\neval_every = 4\n\n[checkpoint]\nevery = 4\nkeep_last = 0\n\n[algorithm]\nbeta = 0.05";
     let whole = tempfile::tempdir().unwrap();
     run_ok(&["run", tiny_run(whole.path(), trainer).to_str().unwrap()]);
 

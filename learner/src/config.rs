@@ -157,7 +157,8 @@ pub struct AlgorithmSection {
     pub epsilon: f32,
     /// Upper clip range; default = epsilon.
     pub epsilon_high: Option<f32>,
-    /// KL weight (needs a reference; 0 = none). Default 0.
+    /// Weight of the k3 KL to the frozen starting policy (0: none, and no
+    /// reference is held). Default 0.
     pub beta: f32,
     /// "group" (default), "batch" or "none".
     pub scale_rewards: String,
@@ -458,12 +459,6 @@ impl RunConfig {
         config.loss.validate()?;
         if a.num_iterations == 0 {
             return Err(invalid("algorithm.num_iterations", "0: at least 1".to_string()));
-        }
-        if config.loss.beta > 0.0 {
-            return Err(invalid(
-                "algorithm.beta",
-                "a KL term needs a reference policy, which `grpo run` does not load yet; use 0".to_string(),
-            ));
         }
         config.schedule.validate()?;
         Ok(config)

@@ -29,11 +29,11 @@ use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
 use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensor, named_params, optimizer_names};
 use crate::collect::{Collected, PromptEncoder, collect};
+use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 use crate::loss::GrpoLoss;
-use crate::old_logprobs::OldLogprobsPrograms;
 use crate::record::RolloutRow;
 use crate::schedule::Schedule;
 use crate::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
@@ -101,6 +101,8 @@ pub struct StepReport {
     pub clip_ratio_low: f64,
     /// See `clip_ratio_low`.
     pub clip_ratio_high: f64,
+    /// Mean k3 KL to the reference over completion tokens (0 without one).
+    pub kl: f64,
     /// Seconds generating, scoring, training and syncing weights.
     pub time_generation: f64,
     /// See `time_generation`.
@@ -158,7 +160,8 @@ pub struct GrpoLoop {
     data_seed: u64,
     state: TrainState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
-    old_logprobs: OldLogprobsPrograms,
+    logprobs_programs: CompletionLogprobs,
+    reference: Option<Vec<Buffer>>,
     step: usize,
 }
 
@@ -180,6 +183,9 @@ pub struct GrpoParts {
     pub data_seed: u64,
     /// The learner's initial weights: f32, in the decoder's order.
     pub params: Vec<Buffer>,
+    /// The frozen reference policy of the KL term (f32, the decoder's
+    /// order): required when β > 0, unused otherwise.
+    pub reference: Option<Vec<Buffer>>,
 }
 
 /// A checkpoint's state for the loop to continue from (its parameters are
@@ -265,7 +271,17 @@ impl GrpoLoop {
             data,
             data_seed,
             params,
+            reference,
         } = parts;
+        if (config.loss.beta > 0.0) != reference.is_some() {
+            return Err(Error::Config {
+                field: "algorithm.beta",
+                message: format!(
+                    "β = {} needs a reference policy exactly when it is above 0",
+                    config.loss.beta
+                ),
+            });
+        }
         if config.iterations == 0 {
             return Err(Error::Config {
                 field: "algorithm.num_iterations",
@@ -309,9 +325,10 @@ impl GrpoLoop {
         };
         // The fleet starts on the learner's weights, as version `step`.
         fleet.start_at(step as u64, &host_tensors(&decoder, &params)?)?;
-        let old_logprobs = OldLogprobsPrograms::new(&client, &decoder);
+        let logprobs_programs = CompletionLogprobs::new(&client, &decoder);
         Ok(GrpoLoop {
-            old_logprobs,
+            logprobs_programs,
+            reference,
             client,
             decoder,
             encoder: PromptEncoder::new(tokenizer)?,
@@ -423,6 +440,7 @@ impl GrpoLoop {
             entropy: per_token(metrics.metrics[3]),
             clip_ratio_low: per_token(metrics.metrics[0]),
             clip_ratio_high: per_token(metrics.metrics[1]),
+            kl: per_token(metrics.metrics[2]),
             trained_samples: rollouts.len(),
             time_generation: collected.time_generation,
             time_reward: collected.time_reward,
@@ -530,10 +548,15 @@ impl GrpoLoop {
             .map(|m| m.upload(&self.client, share))
             .collect::<Result<Vec<_>>>()?;
         let iterations = c.iterations;
-        if iterations > 1 {
-            for inputs in &mut uploaded {
-                let old = self.old_logprobs.run(&self.state.params, shape, inputs)?;
+        for inputs in &mut uploaded {
+            // After the six batch inputs: the old log-probs, then the reference's.
+            if iterations > 1 {
+                let old = self.logprobs_programs.run(&self.state.params, shape, inputs)?;
                 inputs.push(old);
+            }
+            if let Some(reference) = &self.reference {
+                let logprobs = self.logprobs_programs.run(reference, shape, inputs)?;
+                inputs.push(logprobs);
             }
         }
         self.compile_step(shape, count)?;

@@ -10,14 +10,14 @@
 //!   loop state) and finding the newest for resume.
 //! - [`collect`]: rows → prompts (chat through the template) → the
 //!   engine's completions → rewards; shared by training and evaluation.
+//! - [`completion_logprobs`]: completion log-probs under given weights (the
+//!   old policy of μ > 1 passes, the KL's frozen reference).
 //! - [`config`]: the run config of `grpo run` (TOML sections, documented
 //!   defaults, unknown keys and bad values refused naming them).
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
 //!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
-//! - [`old_logprobs`]: the policy's completion log-probs before the first
-//!   of several optimization passes over one batch.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
 //! - [`record`]: the rollout log, `OUT/rollouts.parquet` — a Parquet
 //!   dataset folder of one atomically written part per step, truncated
@@ -40,13 +40,13 @@ pub mod advantage;
 pub mod batch;
 pub mod checkpoint;
 pub mod collect;
+pub mod completion_logprobs;
 pub mod config;
 pub mod data;
 mod error;
 pub mod fleet;
 pub mod grpo;
 pub mod loss;
-pub mod old_logprobs;
 pub mod plot;
 pub mod record;
 pub mod schedule;

@@ -35,8 +35,17 @@ impl SampleReward for TargetToken {
     }
 }
 
+/// The loop options the tests vary.
+#[derive(Default)]
+struct Variant {
+    dynamic_sampling: bool,
+    /// μ (0 means 1).
+    iterations: usize,
+    beta: f32,
+}
+
 /// The loop on the tiny fixture model scoring with `reward`.
-fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool, iterations: usize) -> GrpoLoop {
+fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop {
     let client = Client::for_platform(Platform::Cpu, ClientOptions::default().compile_cache_dir(None)).unwrap();
     let device = client.device(0).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures");
@@ -81,7 +90,10 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool, itera
         prompts_per_step: 4,
         max_completion_tokens: 8,
         temperature: 1.0,
-        loss: GrpoLoss::default(),
+        loss: GrpoLoss {
+            beta: variant.beta,
+            ..GrpoLoss::default()
+        },
         scale_rewards: ScaleRewards::Group,
         schedule: Schedule {
             lr: 3e-3,
@@ -97,10 +109,11 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool, itera
         micro_batch_rows: 8,
         max_tokens: 32,
         seed: 11,
-        dynamic_sampling,
-        iterations,
+        dynamic_sampling: variant.dynamic_sampling,
+        iterations: variant.iterations.max(1),
     };
     let params = upload();
+    let reference = (variant.beta > 0.0).then(upload);
     let parts = GrpoParts {
         client: client.clone(),
         decoder,
@@ -110,13 +123,14 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, dynamic_sampling: bool, itera
         data,
         data_seed: 5,
         params,
+        reference,
     };
     GrpoLoop::new(parts, config).unwrap()
 }
 
 #[test]
 fn the_reward_rises_and_the_engine_follows_the_learner() {
-    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false, 1);
+    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), Variant::default());
     let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap().0).collect();
     let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
@@ -137,7 +151,13 @@ impl SampleReward for Constant {
 
 #[test]
 fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
-    let mut flat = tiny_loop(Arc::new(Constant), true, 1);
+    let mut flat = tiny_loop(
+        Arc::new(Constant),
+        Variant {
+            dynamic_sampling: true,
+            ..Variant::default()
+        },
+    );
     let before: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
     let (report, rows) = flat.step().unwrap();
     assert_eq!(
@@ -149,7 +169,13 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
     let after: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
     assert!(before == after, "no update without signal");
 
-    let mut varied = tiny_loop(Arc::new(TargetToken(40)), true, 1);
+    let mut varied = tiny_loop(
+        Arc::new(TargetToken(40)),
+        Variant {
+            dynamic_sampling: true,
+            ..Variant::default()
+        },
+    );
     for _ in 0..3 {
         let (report, _) = varied.step().unwrap();
         let kept_groups = (1.0 - report.frac_reward_zero_std) * 4.0;
@@ -159,7 +185,13 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
 
 #[test]
 fn several_passes_over_a_batch_clip_against_the_policy_before_the_first() {
-    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), false, 4);
+    let mut grpo = tiny_loop(
+        Arc::new(TargetToken(40)),
+        Variant {
+            iterations: 4,
+            ..Variant::default()
+        },
+    );
     let reports: Vec<_> = (0..8).map(|_| grpo.step().unwrap().0).collect();
     assert!(reports.iter().all(|r| r.loss.is_finite()), "{reports:?}");
     assert!(reports.iter().any(|r| r.grad_norm > 0.0), "some step had signal");
@@ -168,4 +200,31 @@ fn several_passes_over_a_batch_clip_against_the_policy_before_the_first() {
     // (with one pass the ratio is 1 and nothing ever clips).
     let clipped: f64 = reports.iter().map(|r| r.clip_ratio_low + r.clip_ratio_high).sum();
     assert!(clipped > 0.0, "no token clipped in 8 × 4 passes: {reports:?}");
+}
+
+#[test]
+fn a_kl_term_measures_the_distance_from_the_frozen_start() {
+    let mut grpo = tiny_loop(
+        Arc::new(TargetToken(40)),
+        Variant {
+            beta: 0.1,
+            ..Variant::default()
+        },
+    );
+    let reports: Vec<_> = (0..6).map(|_| grpo.step().unwrap().0).collect();
+    assert!(
+        reports[0].kl.abs() < 1e-6,
+        "the first step's policy is the reference: {}",
+        reports[0].kl
+    );
+    assert!(
+        reports.iter().all(|r| r.kl.is_finite() && r.kl >= -1e-6),
+        "k3 is never negative"
+    );
+    assert!(reports[5].kl > 1e-6, "the policy moved away: {reports:?}");
+    let plain: Vec<_> = {
+        let mut grpo = tiny_loop(Arc::new(TargetToken(40)), Variant::default());
+        (0..2).map(|_| grpo.step().unwrap().0.kl).collect()
+    };
+    assert_eq!(plain, [0.0, 0.0], "no reference, no KL");
 }

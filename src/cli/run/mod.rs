@@ -94,7 +94,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
 
     let model = Pretrained::open(&config.model.name)?;
     let tokenizer = Arc::new(model.tokenizer.clone().context("the model has no tokenizer")?);
-    let weights = match &resume_from {
+    let saved = match &resume_from {
         Some(dir) => {
             let saved = Pretrained::open_dir(dir)?;
             if saved.config != model.config {
@@ -104,15 +104,20 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
                     config.model.name
                 );
             }
-            saved.weights
+            Some(saved.weights)
         }
-        None => model.weights,
+        None => None,
     };
+    // The policy starts from the checkpoint when resuming; the KL's reference is always the model.
+    let weights = saved.as_ref().unwrap_or(&model.weights);
     let (train, eval) = config.data.load()?;
     let client = args.platform.client()?;
     let device = client.device(0)?;
     let decoder = Decoder::new(model.config.clone());
     let upload = || upload_parameters(&client, device, &decoder, weights.as_ref(), ElementType::F32);
+    let reference = (grpo.loss.beta > 0.0)
+        .then(|| upload_parameters(&client, device, &decoder, model.weights.as_ref(), ElementType::F32))
+        .transpose()?;
     let fleet: Box<dyn Fleet> = if config.rollout.workers.is_empty() {
         let engine_config = EngineConfig {
             max_num_seqs: grpo.group_size * grpo.prompts_per_step,
@@ -143,6 +148,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         data: train,
         data_seed: config.data.seed,
         params,
+        reference,
     };
     let mut grpo_loop = GrpoLoop::resume(parts, grpo, resume)?;
 

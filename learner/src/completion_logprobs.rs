@@ -1,8 +1,9 @@
-//! The policy's log-probs of a micro-batch's completion columns, computed
-//! once before the first of `μ > 1` optimization passes over a batch
-//! (TRL's `num_iterations`): they are the "old" policy of the clipped
-//! ratio in every pass ([`crate::trainer::OldLogprobs::Input`]). One
-//! forward-only program per micro-batch shape.
+//! Log-probs of a micro-batch's completion columns under given weights, by
+//! a forward-only program per micro-batch shape. They are the "old"
+//! policy of the clipped ratio when a batch gets `μ > 1` optimization
+//! passes (TRL's `num_iterations`; [`crate::trainer::OldLogprobs::Input`]),
+//! computed before the first, and the frozen reference's of the KL term
+//! when β > 0.
 
 use std::collections::HashMap;
 
@@ -13,17 +14,17 @@ use grpo_xla::{Buffer, Client, ElementType, Executable};
 use crate::error::Result;
 use crate::trainer::MicroBatchShape;
 
-/// Compiles and runs the old-log-prob programs of a decoder.
-pub struct OldLogprobsPrograms {
+/// Compiles and runs the completion log-prob programs of a decoder.
+pub struct CompletionLogprobs {
     client: Client,
     decoder: Decoder,
     programs: HashMap<MicroBatchShape, Executable>,
 }
 
-impl OldLogprobsPrograms {
+impl CompletionLogprobs {
     /// Programs of `decoder` with f32 parameters.
-    pub fn new(client: &Client, decoder: &Decoder) -> OldLogprobsPrograms {
-        OldLogprobsPrograms {
+    pub fn new(client: &Client, decoder: &Decoder) -> CompletionLogprobs {
+        CompletionLogprobs {
             client: client.clone(),
             decoder: decoder.clone(),
             programs: HashMap::new(),
@@ -32,11 +33,11 @@ impl OldLogprobsPrograms {
 
     /// `[rows, C]` log-probs of the completion columns of the micro-batch
     /// whose device inputs (as [`crate::batch::MicroBatch::upload`] makes
-    /// them) are `inputs`, under `params`.
+    /// them) are `inputs`, under the f32 weights `params`.
     pub fn run(&mut self, params: &[Buffer], shape: MicroBatchShape, inputs: &[Buffer]) -> Result<Buffer> {
         if !self.programs.contains_key(&shape) {
             let (b, t) = (shape.rows as i64, shape.tokens() as i64);
-            let graph = Graph::new(&format!("old_logprobs_{b}x{t}"));
+            let graph = Graph::new(&format!("completion_logprobs_{b}x{t}"));
             let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;

@@ -358,3 +358,20 @@ fn a_hanging_reward_plugin_costs_its_scores_not_the_run() {
         "the regex reward still scored every sample"
     );
 }
+
+#[test]
+fn generating_ahead_logs_each_batch_with_the_version_that_sampled_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 4\neval_every = 2\n\n[checkpoint]\nevery = 0");
+    run_ok(&["run", config.to_str().unwrap(), "--set", "rollout.max_staleness=1"]);
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert!(
+        rows.iter().all(|r| r.policy_version == r.step.saturating_sub(2)),
+        "one version behind"
+    );
+    let staleness: Vec<u64> = lines(&dir.path().join("out/metrics.jsonl"))
+        .iter()
+        .filter_map(|l| l["staleness"].as_u64())
+        .collect();
+    assert_eq!(staleness, [0, 1, 1, 1]);
+}

@@ -129,6 +129,10 @@ pub struct RolloutSection {
     pub worker_token_file: Option<PathBuf>,
     /// How weights travel to workers: "f32" (exact; default) or "bf16" (half the bytes).
     pub weight_dtype: String,
+    /// How many versions behind the learner a batch's policy may be: 0
+    /// (default) is synchronous on-policy; k ≥ 1 generates the next batches
+    /// while the learner trains, dropping samples older than k versions.
+    pub max_staleness: usize,
 }
 
 impl Default for RolloutSection {
@@ -143,6 +147,7 @@ impl Default for RolloutSection {
             workers: Vec::new(),
             worker_token_file: None,
             weight_dtype: "f32".to_string(),
+            max_staleness: 0,
         }
     }
 }
@@ -455,6 +460,7 @@ impl RunConfig {
             seed: r.seed,
             dynamic_sampling: a.dynamic_sampling,
             iterations: a.num_iterations,
+            max_staleness: r.max_staleness,
         };
         config.loss.validate()?;
         if a.num_iterations == 0 {

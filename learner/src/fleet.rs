@@ -40,8 +40,9 @@ impl SyncReport {
     }
 }
 
-/// A set of rollout engines the loop generates with.
-pub trait Fleet {
+/// A set of rollout engines the loop generates with (movable to the
+/// rollout thread of [`crate::rollouts`]).
+pub trait Fleet: Send {
     /// The completions of every request, in request order (each request's
     /// samples by index).
     fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>>;

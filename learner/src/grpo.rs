@@ -21,20 +21,20 @@ use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
-use grpo_rollout::request::SamplingParams;
 use grpo_xla::trace::{AdamW, StepMetrics, TrainState};
 use grpo_xla::{Buffer, Client, ElementType};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
 use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensor, named_params, optimizer_names};
-use crate::collect::{Collected, PromptEncoder, collect};
+use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 use crate::loss::GrpoLoss;
 use crate::record::RolloutRow;
+use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
 use crate::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
 
@@ -71,6 +71,9 @@ pub struct GrpoConfig {
     /// Optimizer steps per batch, μ ≥ 1 (TRL's `num_iterations`); with
     /// more than one the clipped ratio is against the policy before the first.
     pub iterations: usize,
+    /// How many versions behind the learner a batch's policy may be: 0 is
+    /// synchronous on-policy, k ≥ 1 generates ahead while training.
+    pub max_staleness: usize,
 }
 
 /// What one step did (TRL's metric names where they exist).
@@ -113,8 +116,13 @@ pub struct StepReport {
     pub time_weight_sync: f64,
     /// Samples the update trained on (fewer than drawn under dynamic sampling).
     pub trained_samples: usize,
-    /// The rate at which the fleet took the new weights (GB/s of values).
+    /// The rate at which the fleet took the new weights (GB/s of values;
+    /// with max_staleness ≥ 1 the last update taken before this batch).
     pub weight_sync_gb_per_s: f64,
+    /// Versions between the learner and the policy that sampled the batch.
+    pub staleness: u64,
+    /// Samples left out for being more than max_staleness versions old.
+    pub stale_samples: usize,
 }
 
 /// What a greedy evaluation on held-out prompts found.
@@ -150,13 +158,9 @@ pub struct LoopState {
 pub struct GrpoLoop {
     client: Client,
     decoder: Decoder,
-    encoder: PromptEncoder,
-    fleet: Box<dyn Fleet>,
-    rewards: RewardPool,
-    runtime: tokio::runtime::Runtime,
+    rollouts: Rollouts,
     config: GrpoConfig,
-    data: Vec<Example>,
-    sampler: PromptSampler,
+    sampler: SamplerState,
     data_seed: u64,
     state: TrainState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
@@ -315,28 +319,36 @@ impl GrpoLoop {
                         ),
                     });
                 }
-                (
-                    PromptSampler::resume(data.len(), data_seed, state.sampler),
-                    state.step as usize,
-                    optimizer,
-                )
+                (state.sampler, state.step as usize, optimizer)
             }
-            None => (PromptSampler::new(data.len(), data_seed), 0, Vec::new()),
+            None => (SamplerState { epoch: 0, position: 0 }, 0, Vec::new()),
         };
         // The fleet starts on the learner's weights, as version `step`.
         fleet.start_at(step as u64, &host_tensors(&decoder, &params)?)?;
+        let side = RolloutSide {
+            fleet,
+            rewards,
+            runtime,
+            encoder: PromptEncoder::new(tokenizer)?,
+            sampler: PromptSampler::resume(data.len(), data_seed, sampler),
+            data,
+            sampling: Sampling {
+                group_size: config.group_size,
+                prompts_per_step: config.prompts_per_step,
+                max_completion_tokens: config.max_completion_tokens,
+                temperature: config.temperature,
+                seed: config.seed,
+            },
+            version: step as u64,
+        };
         let logprobs_programs = CompletionLogprobs::new(&client, &decoder);
         Ok(GrpoLoop {
             logprobs_programs,
             reference,
             client,
             decoder,
-            encoder: PromptEncoder::new(tokenizer)?,
-            fleet,
-            rewards,
-            runtime,
+            rollouts: Rollouts::new(side, config.max_staleness, step)?,
             config,
-            data,
             sampler,
             data_seed,
             state: TrainState { params, optimizer },
@@ -354,7 +366,7 @@ impl GrpoLoop {
     pub fn loop_state(&self) -> LoopState {
         LoopState {
             step: self.step as u64,
-            sampler: self.sampler.state(),
+            sampler: self.sampler,
             data_seed: self.data_seed,
         }
     }
@@ -362,23 +374,10 @@ impl GrpoLoop {
     /// Runs one step and reports it with the step's rollouts.
     pub fn step(&mut self) -> Result<(StepReport, Vec<RolloutRow>)> {
         let c = self.config.clone();
-        let rows = self.sampler.next_batch(c.prompts_per_step);
-        let examples: Vec<&Example> = rows.iter().map(|&r| &self.data[r]).collect();
-        let first_seed = self.step * c.prompts_per_step;
-        let collected = collect(
-            self.fleet.as_mut(),
-            &self.rewards,
-            &self.runtime,
-            &self.encoder,
-            &examples,
-            |i| SamplingParams {
-                n: c.group_size,
-                max_tokens: c.max_completion_tokens,
-                temperature: c.temperature,
-                seed: c.seed.wrapping_add((first_seed + i) as u32),
-                ..SamplingParams::default()
-            },
-        )?;
+        let drawn = self.rollouts.next(self.step)?;
+        let staleness = self.step as u64 - drawn.version.min(self.step as u64);
+        let stale = staleness > c.max_staleness as u64;
+        let collected = &drawn.collected;
         let rewards = collected.rewards();
         let adv = advantages(&rewards, c.group_size, c.scale_rewards)?;
 
@@ -390,7 +389,7 @@ impl GrpoLoop {
             .enumerate()
             .flat_map(|(g, (group, prompt))| group.iter().map(move |completion| (g, completion, prompt)))
             .enumerate()
-            .filter(|(_, (g, _, _))| !(c.dynamic_sampling && adv.zero_std[*g]))
+            .filter(|(_, (g, _, _))| !(stale || c.dynamic_sampling && adv.zero_std[*g]))
             .map(|(i, (_, completion, prompt))| Rollout {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
@@ -415,7 +414,10 @@ impl GrpoLoop {
 
         let syncing = Instant::now();
         let tensors = host_tensors(&self.decoder, &self.state.params)?;
-        let sync = self.fleet.update_weights(self.step as u64 + 1, &tensors)?;
+        let sync = self
+            .rollouts
+            .update_weights(self.step as u64 + 1, tensors)?
+            .or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
@@ -446,29 +448,27 @@ impl GrpoLoop {
             time_reward: collected.time_reward,
             time_train: trained,
             time_weight_sync: synced,
-            weight_sync_gb_per_s: sync.gb_per_second(),
+            weight_sync_gb_per_s: sync.map_or(0.0, |s| s.gb_per_second()),
+            staleness,
+            stale_samples: if stale { collected.completions().count() } else { 0 },
         };
-        let log = self.rollout_rows(&rows, &collected, &rewards, &adv.values);
+        let log = self.rollout_rows(&drawn, &rewards, &adv.values);
+        self.sampler = drawn.sampler;
         self.step += 1;
         Ok((report, log))
     }
 
     /// The step's rollouts as rollout-log rows (the step numbered 1-based).
-    fn rollout_rows(
-        &self,
-        rows: &[usize],
-        collected: &Collected,
-        rewards: &[Option<f32>],
-        advantages: &[f32],
-    ) -> Vec<RolloutRow> {
+    fn rollout_rows(&self, drawn: &Drawn, rewards: &[Option<f32>], advantages: &[f32]) -> Vec<RolloutRow> {
+        let collected = &drawn.collected;
         let mut log = Vec::with_capacity(rewards.len());
         for (g, (group, prompt)) in collected.groups.iter().zip(&collected.prompts).enumerate() {
-            let columns = serde_json::Value::Object(self.data[rows[g]].columns.clone()).to_string();
+            let columns = serde_json::Value::Object(drawn.columns[g].clone()).to_string();
             for completion in group {
                 let i = log.len();
                 log.push(RolloutRow {
                     step: self.step as u64 + 1,
-                    policy_version: completion.versions.first().copied().unwrap_or(self.step as u64),
+                    policy_version: completion.versions.first().copied().unwrap_or(drawn.version),
                     group: g as u32,
                     sample: completion.index as u32,
                     prompt: prompt.text.clone(),
@@ -488,24 +488,11 @@ impl GrpoLoop {
     /// `max_completion_tokens`), scored by the rewards.
     pub fn evaluate(&mut self, examples: &[Example]) -> Result<EvalReport> {
         let started = Instant::now();
-        let rows: Vec<&Example> = examples.iter().collect();
-        let max_tokens = self.config.max_completion_tokens;
-        let collected = collect(
-            self.fleet.as_mut(),
-            &self.rewards,
-            &self.runtime,
-            &self.encoder,
-            &rows,
-            |_| SamplingParams {
-                max_tokens,
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-        )?;
+        let collected = self.rollouts.evaluate(examples, self.config.max_completion_tokens)?;
         let rewards = collected.rewards();
         let n = rewards.len().max(1) as f64;
         Ok(EvalReport {
-            prompts: rows.len(),
+            prompts: examples.len(),
             reward: rewards.iter().map(|r| f64::from(r.unwrap_or(0.0))).sum::<f64>() / n,
             accuracy: rewards.iter().filter(|r| r.is_some_and(|r| r > 0.0)).count() as f64 / n,
             mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / n,

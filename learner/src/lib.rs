@@ -18,6 +18,8 @@
 //!   resumable sampler over epochs.
 //! - [`batch`]: scored rollouts packed into micro-batches of one token
 //!   bucket, with the batch's loss normalizer.
+//! - [`rollouts`]: the loop's rollout side (draw, generate, score), inline
+//!   or on a thread that runs up to `max_staleness` steps ahead.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
 //! - [`record`]: the rollout log, `OUT/rollouts.parquet` — a Parquet
 //!   dataset folder of one atomically written part per step, truncated
@@ -49,6 +51,7 @@ pub mod grpo;
 pub mod loss;
 pub mod plot;
 pub mod record;
+pub mod rollouts;
 pub mod schedule;
 pub mod sft;
 pub mod trainer;

@@ -35,6 +35,19 @@ impl SampleReward for TargetToken {
     }
 }
 
+/// The four training prompts.
+fn prompts() -> Vec<Example> {
+    ["qzx", "zz", "xyz", "jkq"]
+        .iter()
+        .enumerate()
+        .map(|(index, p)| Example {
+            index,
+            prompt: Prompt::Text(p.to_string()),
+            columns: Default::default(),
+        })
+        .collect()
+}
+
 /// The loop options the tests vary.
 #[derive(Default)]
 struct Variant {
@@ -42,6 +55,7 @@ struct Variant {
     /// μ (0 means 1).
     iterations: usize,
     beta: f32,
+    max_staleness: usize,
 }
 
 /// The loop on the tiny fixture model scoring with `reward`.
@@ -76,15 +90,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         }],
         2,
     );
-    let data: Vec<Example> = ["qzx", "zz", "xyz", "jkq"]
-        .iter()
-        .enumerate()
-        .map(|(index, p)| Example {
-            index,
-            prompt: Prompt::Text(p.to_string()),
-            columns: Default::default(),
-        })
-        .collect();
+    let data = prompts();
     let config = GrpoConfig {
         group_size: 4,
         prompts_per_step: 4,
@@ -111,6 +117,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         seed: 11,
         dynamic_sampling: variant.dynamic_sampling,
         iterations: variant.iterations.max(1),
+        max_staleness: variant.max_staleness,
     };
     let params = upload();
     let reference = (variant.beta > 0.0).then(upload);
@@ -227,4 +234,34 @@ fn a_kl_term_measures_the_distance_from_the_frozen_start() {
         (0..2).map(|_| grpo.step().unwrap().0.kl).collect()
     };
     assert_eq!(plain, [0.0, 0.0], "no reference, no KL");
+}
+
+#[test]
+fn generating_ahead_samples_one_version_behind_and_still_learns() {
+    let mut grpo = tiny_loop(
+        Arc::new(TargetToken(40)),
+        Variant {
+            max_staleness: 1,
+            ..Variant::default()
+        },
+    );
+    let mut reports = Vec::new();
+    for _ in 0..40 {
+        let (report, rows) = grpo.step().unwrap();
+        // Batch 1 is drawn by the starting policy; batch s ≥ 2 while step s − 1 trains.
+        let version = report.step.saturating_sub(2) as u64;
+        assert!(rows.iter().all(|r| r.policy_version == version), "step {}", report.step);
+        assert_eq!(report.staleness, u64::from(report.step > 1), "step {}", report.step);
+        assert_eq!(report.stale_samples, 0);
+        reports.push(report);
+    }
+    let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
+    let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
+    assert!(
+        last > first + 0.2,
+        "the reward rises one version behind: {first:.3} → {last:.3}"
+    );
+    // Evaluation goes through the rollout thread, after the weights sent so far.
+    let eval = grpo.evaluate(&prompts()).unwrap();
+    assert_eq!(eval.prompts, 4);
 }

@@ -1,9 +1,12 @@
-//! One GRPO iteration, on-policy: sample prompts → the rollout fleet draws
-//! `G` completions of each (one prefill per group) → the reward pool scores
-//! them → group advantages → micro-batches → the compiled GRPO step
-//! (forward, loss, backward, clipping, AdamW) → the new weights go to the
-//! fleet as the next policy version ([`crate::fleet`]: in memory to the
-//! in-process engine, over gRPC to workers).
+//! One GRPO iteration: sample prompts → the rollout fleet draws `G`
+//! completions of each (one prefill per group) → the reward pool scores
+//! them ([`crate::rollouts`]: inline, or up to `max_staleness` steps ahead
+//! on a thread) → group advantages → micro-batches → the compiled GRPO
+//! step (forward, loss, backward, clipping, AdamW; old log-probs for μ > 1
+//! passes and the frozen reference's for β > 0 from
+//! [`crate::completion_logprobs`]) → the new weights go to the fleet as the
+//! next policy version ([`crate::fleet`]: in memory to the in-process
+//! engine, over gRPC to workers).
 //!
 //! The learner keeps f32 master weights and AdamW state on its device
 //! (donated, updated in place); an in-process engine shares the device and
@@ -197,7 +200,7 @@ pub struct GrpoParts {
 pub struct Resume {
     /// The loop state.
     pub state: LoopState,
-    /// The optimizer state, in [`Optimizer::state_spec`] order (empty before the first step).
+    /// The optimizer state, in [`grpo_xla::trace::Optimizer::state_spec`] order (empty before the first step).
     pub optimizer: Vec<Buffer>,
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use grpo_rollout::worker::{PushOptions, WireDtype};
+use grpo_xla::ElementType;
 
 use crate::advantage::ScaleRewards;
 use crate::data::{Example, load_jsonl, split, to_chat};
@@ -119,6 +120,10 @@ pub struct RolloutSection {
     pub temperature: f32,
     /// Longest prompt + completion. Default 256.
     pub max_model_len: usize,
+    /// The in-process engine's weight and KV-cache dtype: "f32" (default)
+    /// or "bf16" (about twice the decode speed; the loss's importance
+    /// correction covers the rollout/learner mismatch).
+    pub dtype: String,
     /// The seed of the rollouts' sampling. Default 0.
     pub seed: u32,
     /// Rollout workers (`grpo worker`) to generate on, as `host:port` or
@@ -143,6 +148,7 @@ impl Default for RolloutSection {
             max_completion_tokens: 32,
             temperature: 1.0,
             max_model_len: 256,
+            dtype: "f32".to_string(),
             seed: 0,
             workers: Vec::new(),
             worker_token_file: None,
@@ -230,6 +236,9 @@ pub struct TrainerSection {
     pub max_steps: usize,
     /// Sequences per micro-batch. Default 16.
     pub micro_batch_size: usize,
+    /// The train step's forward/backward dtype: "f32" (default) or "bf16"
+    /// (mixed precision: f32 master weights and AdamW state).
+    pub compute_dtype: String,
     /// Greedy eval on the held-out rows before the first step, every this
     /// many steps and after the last (0: never). Default 10.
     pub eval_every: usize,
@@ -240,6 +249,7 @@ impl Default for TrainerSection {
         TrainerSection {
             max_steps: 100,
             micro_batch_size: 16,
+            compute_dtype: "f32".to_string(),
             eval_every: 10,
         }
     }
@@ -338,6 +348,7 @@ impl RunConfig {
         })?;
         config.grpo()?;
         config.push_options()?;
+        config.engine_dtype()?;
         Ok(config)
     }
 
@@ -364,6 +375,15 @@ impl RunConfig {
             section_table.insert(field.to_string(), parsed);
         }
         toml::to_string(&table).map_err(|e| invalid("--set", e.to_string()))
+    }
+
+    /// The in-process engine's dtype.
+    pub fn engine_dtype(&self) -> Result<ElementType> {
+        choice(
+            "rollout.dtype",
+            &self.rollout.dtype,
+            &[("f32", ElementType::F32), ("bf16", ElementType::Bf16)],
+        )
     }
 
     /// How weights are pushed to rollout workers.
@@ -461,6 +481,11 @@ impl RunConfig {
             dynamic_sampling: a.dynamic_sampling,
             iterations: a.num_iterations,
             max_staleness: r.max_staleness,
+            compute: choice(
+                "trainer.compute_dtype",
+                &self.trainer.compute_dtype,
+                &[("f32", ElementType::F32), ("bf16", ElementType::Bf16)],
+            )?,
         };
         config.loss.validate()?;
         if a.num_iterations == 0 {

@@ -77,6 +77,8 @@ pub struct GrpoConfig {
     /// How many versions behind the learner a batch's policy may be: 0 is
     /// synchronous on-policy, k ≥ 1 generates ahead while training.
     pub max_staleness: usize,
+    /// The train step's compute dtype (f32, or bf16 on f32 master weights).
+    pub compute: ElementType,
 }
 
 /// What one step did (TRL's metric names where they exist).
@@ -569,6 +571,7 @@ impl GrpoLoop {
         if !self.steps.contains_key(&key) {
             let config = StepConfig {
                 dtype: ElementType::F32,
+                compute: self.config.compute,
                 loss: self.config.loss,
                 old: if self.config.iterations > 1 {
                     OldLogprobs::Input

@@ -128,6 +128,10 @@ pub fn traced_loss(
 pub struct StepConfig<'a> {
     /// Parameter dtype (f32 master weights by default).
     pub dtype: ElementType,
+    /// The dtype the forward and backward run in: the parameters are
+    /// converted to it inside the program (bf16 with f32 master weights is
+    /// mixed precision; gradients flow back through the conversion).
+    pub compute: ElementType,
     /// The loss.
     pub loss: GrpoLoss,
     /// Where the old log-probs come from.
@@ -136,6 +140,20 @@ pub struct StepConfig<'a> {
     pub optimizer: &'a dyn Optimizer,
     /// Global gradient-norm clipping; `None` disables it.
     pub max_grad_norm: Option<f64>,
+}
+
+/// `params` converted to `dtype` where they are in another.
+pub fn in_dtype(params: &[Tensor], dtype: ElementType) -> grpo_xla::Result<Vec<Tensor>> {
+    params
+        .iter()
+        .map(|p| {
+            if p.dtype() == dtype {
+                Ok(p.clone())
+            } else {
+                p.convert(dtype)
+            }
+        })
+        .collect()
 }
 
 /// The types of `decoder`'s parameters in `dtype`, in its order.
@@ -218,7 +236,10 @@ impl GrpoStep {
             optimizer: config.optimizer,
             max_grad_norm: config.max_grad_norm,
         };
-        let loss = |params: &[Tensor], batch: &[Tensor]| traced_loss(decoder, &config.loss, config.old, params, batch);
+        let loss = |params: &[Tensor], batch: &[Tensor]| {
+            let params = in_dtype(params, config.compute)?;
+            traced_loss(decoder, &config.loss, config.old, &params, batch)
+        };
         Ok(GrpoStep(TrainProgram::compile(client, &spec, micro_batches, loss)?))
     }
 

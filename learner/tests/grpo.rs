@@ -118,6 +118,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         dynamic_sampling: variant.dynamic_sampling,
         iterations: variant.iterations.max(1),
         max_staleness: variant.max_staleness,
+        compute: ElementType::F32,
     };
     let params = upload();
     let reference = (variant.beta > 0.0).then(upload);

@@ -101,6 +101,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     };
     let config = StepConfig {
         dtype: ElementType::F32,
+        compute: ElementType::F32,
         loss: GrpoLoss {
             loss_type: LossType::Dapo,
             ..GrpoLoss::default()
@@ -183,4 +184,79 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     }
     let error = whole.step(&mut state, &[batch.iter().collect(), batch.iter().collect()], 1e-2);
     assert!(error.unwrap_err().to_string().contains("micro_batches"));
+}
+
+#[test]
+fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
+    let ids: Vec<Vec<u32>> = sequences().into_iter().map(|(ids, _)| ids).collect();
+    let logprobs: Vec<Vec<f32>> = runner
+        .run(&params(), &ids)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.logprobs)
+        .collect();
+    let adv = advantages(&[Some(1.0), Some(0.0), Some(0.2), Some(0.9)], 2, ScaleRewards::Group)
+        .unwrap()
+        .values;
+    let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
+    let batch = packed.micro_batches[0].upload(&client, packed.normalizer).unwrap();
+    let optimizer = AdamW {
+        weight_decay: 0.0,
+        ..AdamW::default()
+    };
+    let run = |compute| {
+        let config = StepConfig {
+            dtype: ElementType::F32,
+            compute,
+            loss: GrpoLoss::default(),
+            old: OldLogprobs::OnPolicy,
+            optimizer: &optimizer,
+            max_grad_norm: None,
+        };
+        let step = GrpoStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 1).unwrap();
+        let mut state = step.init_state(params()).unwrap();
+        let metrics = step.step(&mut state, &[batch.iter().collect()], 1e-3).unwrap();
+        let moved: Vec<f32> = state
+            .params
+            .iter()
+            .zip(params())
+            .flat_map(|(after, before)| {
+                assert_eq!(after.dtype(), ElementType::F32, "master weights stay f32");
+                let (a, b) = (after.to_host::<f32>().unwrap(), before.to_host::<f32>().unwrap());
+                a.iter().zip(b).map(|(x, y)| x - y).collect::<Vec<_>>()
+            })
+            .collect();
+        (metrics, moved)
+    };
+    let (exact, exact_moved) = run(ElementType::F32);
+    let (mixed, mixed_moved) = run(ElementType::Bf16);
+    let relative = |a: f32, b: f32| (a - b).abs() / b.abs().max(1e-6);
+    assert!(
+        relative(mixed.loss, exact.loss) < 0.05,
+        "loss {} vs {}",
+        mixed.loss,
+        exact.loss
+    );
+    assert!(
+        relative(mixed.grad_norm, exact.grad_norm) < 0.1,
+        "grad norm {} vs {}",
+        mixed.grad_norm,
+        exact.grad_norm
+    );
+    let dot: f64 = exact_moved
+        .iter()
+        .zip(&mixed_moved)
+        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+        .sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let cosine = dot / (norm(&exact_moved) * norm(&mixed_moved));
+    assert!(
+        cosine > 0.9,
+        "the bf16 update points where the f32 one does: cosine {cosine}"
+    );
 }

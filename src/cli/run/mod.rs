@@ -122,9 +122,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         let engine_config = EngineConfig {
             max_num_seqs: grpo.group_size * grpo.prompts_per_step,
             max_model_len: config.rollout.max_model_len.min(model.config.max_positions),
-            dtype: ElementType::F32,
+            dtype: config.engine_dtype()?,
         };
-        let engine = Engine::new(&client, decoder.clone(), upload()?, engine_config)?.with_tokenizer(tokenizer.clone());
+        let weights = upload_parameters(&client, device, &decoder, weights.as_ref(), engine_config.dtype)?;
+        let engine = Engine::new(&client, decoder.clone(), weights, engine_config)?.with_tokenizer(tokenizer.clone());
         Box::new(LocalFleet::new(engine))
     } else {
         let token = Token::from_file_or_env(config.rollout.worker_token_file.as_deref(), "rollout.worker_token_file")?;

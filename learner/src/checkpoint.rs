@@ -71,7 +71,9 @@ pub fn host_tensor(buffer: &Buffer) -> Result<HostTensor> {
     Ok(HostTensor::new(dims, data)?)
 }
 
-fn named(tensors: &[(&str, &Buffer)]) -> Result<BTreeMap<String, HostTensor>> {
+/// Named device buffers (f32 or bf16) as named f32 host tensors, collected
+/// into any collection (a list for the fleet, a map for a checkpoint).
+pub fn host_tensors<C: FromIterator<(String, HostTensor)>>(tensors: &[(&str, &Buffer)]) -> Result<C> {
     tensors
         .iter()
         .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
@@ -90,7 +92,7 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    let tensors = named(&parts.params)?;
+    let tensors = host_tensors::<BTreeMap<_, _>>(&parts.params)?;
     grpo_model::pretrained::write_model_dir(
         &staging,
         &parts.config.to_hf_json(),
@@ -98,7 +100,10 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
         &tensors,
         parts.tokenizer,
     )?;
-    save_safetensors(staging.join(OPTIMIZER_FILE), &named(&parts.optimizer)?)?;
+    save_safetensors(
+        staging.join(OPTIMIZER_FILE),
+        &host_tensors::<BTreeMap<_, _>>(&parts.optimizer)?,
+    )?;
     let state_path = staging.join(STATE_FILE);
     let text = serde_json::to_string_pretty(&parts.state).map_err(|e| Error::Data {
         path: state_path.clone(),
@@ -121,7 +126,13 @@ pub fn save_model(dir: &Path, config: &ModelConfig, tokenizer: &Tokenizer, param
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    grpo_model::pretrained::write_model_dir(&staging, &config.to_hf_json(), config, &named(params)?, tokenizer)?;
+    grpo_model::pretrained::write_model_dir(
+        &staging,
+        &config.to_hf_json(),
+        config,
+        &host_tensors::<BTreeMap<_, _>>(params)?,
+        tokenizer,
+    )?;
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| io(dir, "replace", e))?;
     }

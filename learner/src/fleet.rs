@@ -21,7 +21,9 @@ use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
 use grpo_rollout::worker::{PushOptions, Token, WorkerClient, WorkerError};
+use grpo_xla::Buffer;
 
+use crate::checkpoint::host_tensors;
 use crate::error::{Error, Result};
 
 /// What one weight sync moved.
@@ -52,8 +54,9 @@ pub trait Fleet: Send {
 
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
-    /// whose weights the learner does not know, get `tensors` pushed.
-    fn start_at(&mut self, version: u64, tensors: &[(String, HostTensor)]) -> Result<()>;
+    /// whose weights the learner does not know, get `params` (named device
+    /// buffers) pushed; the in-process engine needs no copy of them.
+    fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()>;
 }
 
 /// Bytes of `tensors` as f32 values.
@@ -87,7 +90,7 @@ impl Fleet for LocalFleet {
         })
     }
 
-    fn start_at(&mut self, version: u64, _tensors: &[(String, HostTensor)]) -> Result<()> {
+    fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {
         Ok(self.engine.update_weights(version, &[], InFlight::Keep)?)
     }
 }
@@ -190,7 +193,8 @@ impl Fleet for RemoteFleet {
         })
     }
 
-    fn start_at(&mut self, version: u64, tensors: &[(String, HostTensor)]) -> Result<()> {
-        self.update_weights(version, tensors).map(|_| ())
+    fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()> {
+        let tensors: Vec<_> = host_tensors(params)?;
+        self.update_weights(version, &tensors).map(|_| ())
     }
 }

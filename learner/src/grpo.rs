@@ -21,7 +21,6 @@ use std::time::Instant;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
 use grpo_xla::trace::{AdamW, StepMetrics, TrainState};
@@ -29,7 +28,7 @@ use grpo_xla::{Buffer, Client, ElementType};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
-use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensor, named_params, optimizer_names};
+use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensors, named_params, optimizer_names};
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
@@ -253,16 +252,6 @@ impl Resume {
     }
 }
 
-/// `params` (in `decoder`'s order) as named f32 host tensors.
-fn host_tensors(decoder: &Decoder, params: &[Buffer]) -> Result<Vec<(String, HostTensor)>> {
-    decoder
-        .parameters()
-        .iter()
-        .zip(params)
-        .map(|(spec, buffer)| Ok((spec.name.clone(), host_tensor(buffer)?)))
-        .collect()
-}
-
 impl GrpoLoop {
     /// The loop from its parts, starting at step 0.
     pub fn new(parts: GrpoParts, config: GrpoConfig) -> Result<GrpoLoop> {
@@ -329,7 +318,7 @@ impl GrpoLoop {
             None => (SamplerState { epoch: 0, position: 0 }, 0, Vec::new()),
         };
         // The fleet starts on the learner's weights, as version `step`.
-        fleet.start_at(step as u64, &host_tensors(&decoder, &params)?)?;
+        fleet.start_at(step as u64, &named_params(&decoder, &params))?;
         let side = RolloutSide {
             fleet,
             rewards,
@@ -418,7 +407,7 @@ impl GrpoLoop {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors = host_tensors(&self.decoder, &self.state.params)?;
+        let tensors = host_tensors(&named_params(&self.decoder, &self.state.params))?;
         let sync = self
             .rollouts
             .update_weights(self.step as u64 + 1, tensors)?

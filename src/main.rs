@@ -3,6 +3,7 @@
 //! The binary parses the command line, sets up logging and hands each
 //! subcommand to its module under [`cli`].
 
+mod allocator;
 mod cli;
 
 use clap::Parser;

@@ -159,15 +159,22 @@ impl Decoder {
     /// head `h` reads key/value head `h / (heads / kv_heads)` (transformers'
     /// `repeat_kv`), as one product batched over the key/value heads: the
     /// shared keys and values are never copied per query head.
+    ///
+    /// Batch and key/value heads are merged into one batch dimension, and
+    /// each head group's queries stay `[group, T]`: the merging reshapes
+    /// materialize transposed projections in row-major order, and the
+    /// gradients of keys and values contract a run of two dimensions, which
+    /// is what lets XLA's CPU backend run every product of the layer as a
+    /// native bf16 GEMM (see `dot_general`).
     pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, allowed: &Tensor) -> Result<Tensor> {
         let c = &self.config;
         let (b, t, s) = (q.dims()[0], q.dims()[2], k.dims()[2]);
         let group = (c.heads / c.kv_heads) as i64;
         let (kv, hd) = (c.kv_heads as i64, c.head_dim as i64);
-        // [B, kv, group·T, hd]: each key/value head's query heads, one after another.
-        let grouped = q.reshape(&[b, kv, group * t, hd])?;
+        let grouped = q.reshape(&[b * kv, group, t, hd])?;
+        let (k, v) = (k.reshape(&[b * kv, s, hd])?, v.reshape(&[b * kv, s, hd])?);
         let scores = grouped
-            .dot_general(k, &[0, 1], &[0, 1], &[3], &[3])?
+            .dot_general(&k, &[0], &[0], &[3], &[2])?
             .mul_scalar(1.0 / (c.head_dim as f64).sqrt())?
             .convert(ElementType::F32)?;
         let allowed = allowed
@@ -178,7 +185,7 @@ impl Decoder {
         masked
             .softmax(3)?
             .convert(q.dtype())?
-            .dot_general(v, &[0, 1], &[0, 1], &[3], &[2])?
+            .dot_general(&v, &[0], &[0], &[3], &[1])?
             .reshape(&[b, kv * group, t, hd])
     }
 

@@ -45,6 +45,14 @@ fn dot_general_gradients_for_many_dimension_numbers() {
     check_gradient(&client, &[Input::new(&[2, 3, 4]), Input::new(&[4, 2, 3])], |p| {
         p[0].dot_general(&p[1], &[2], &[0], &[0, 1], &[1, 2])
     });
+    // a run between free dimensions, moved last in the lhs before merging: [m, k1, k2, p] · [k1, k2, n]
+    check_gradient(&client, &[Input::new(&[2, 3, 2, 2]), Input::new(&[3, 2, 3])], |p| {
+        p[0].dot_general(&p[1], &[], &[], &[1, 2], &[0, 1])
+    });
+    // x · wᵀ with w [n, k], whose gradient is taken as g · x: [b, t, k] · [n, k]
+    check_gradient(&client, &[Input::new(&[2, 3, 4]), Input::new(&[5, 4])], |p| {
+        p[0].dot_general(&p[1], &[], &[], &[2], &[1])
+    });
     // matrix · vector and an outer-free rhs: [m, k] · [k]
     check_gradient(&client, &[Input::new(&[3, 4]), Input::new(&[4])], |p| {
         p[0].matmul(&p[1])

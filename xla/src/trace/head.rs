@@ -84,7 +84,8 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
                 let d_hidden = d_logits
                     .convert(c[1].dtype())?
                     .dot_general(&c[1], &[], &[], &[1], &[0])?;
-                let d_weight = d_logits.dot_general(&piece.hidden.convert(ElementType::F32)?, &[], &[], &[0], &[0])?;
+                let d_weight =
+                    weight_gradient(&d_logits.convert(c[1].dtype())?, &piece.hidden)?.convert(ElementType::F32)?;
                 let zero = piece.start.zeros_like()?;
                 let mut next: Vec<Tensor> = c[..6].to_vec();
                 next.push(c[6].dynamic_update_slice(&d_hidden, &[&piece.start, &zero])?);
@@ -100,6 +101,19 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
     )?;
     let entropy = out.pop().expect("two outputs");
     Ok((out.pop().expect("two outputs"), entropy))
+}
+
+/// `d_logitsᵀ · hidden` `[V, H]` for one chunk, in the weight's dtype. The
+/// chunk's rows are split in two dimensions first, so that `dot_general`
+/// contracts a run of two and materializes `d_logitsᵀ` for a native GEMM
+/// (see its merging of contracting runs) instead of widening a bf16 dot
+/// whose lhs contracts its leading dimension to f32.
+fn weight_gradient(d_logits: &Tensor, hidden: &Tensor) -> Result<Tensor> {
+    let (rows, vocab, width) = (hidden.dims()[0], d_logits.dims()[1], hidden.dims()[1]);
+    let split = (2..rows).find(|d| rows % d == 0).unwrap_or(1);
+    let d_logits = d_logits.reshape(&[split, rows / split, vocab])?;
+    let hidden = hidden.reshape(&[split, rows / split, width])?;
+    d_logits.dot_general(&hidden, &[], &[], &[0, 1], &[0, 1])
 }
 
 /// One chunk of rows: its start, hidden rows, targets and log-softmax.

@@ -171,16 +171,28 @@ impl Rule for DotGeneral {
             &self.rhs_contracting,
             GradLayout::FreeFirst,
         ))?;
-        // d rhs = lhs · g over lhs's free dimensions: [batch, lhs_contracting (sorted), rhs_free].
-        let d_rhs = lhs.dot_general(&g, &self.lhs_batch, &g_batch, &lhs_free, &g_lhs_free)?;
-        let d_rhs = d_rhs.transpose(&back_to_operand(
-            rhs.rank(),
-            &self.rhs_batch,
-            &rhs_free,
-            &self.rhs_contracting,
-            &self.lhs_contracting,
-            GradLayout::ContractingFirst,
-        ))?;
+        // d rhs contracts lhs and g over lhs's free dimensions. As g · lhs it
+        // comes out [batch, rhs_free, lhs_contracting (sorted)], as lhs · g
+        // [batch, lhs_contracting (sorted), rhs_free]: take the order that is
+        // already the rhs's own (a weight `[out, in]` of `x · wᵀ` gets g · x),
+        // so that no transpose of the product is left for XLA to fold into it.
+        let order = |layout| {
+            back_to_operand(
+                rhs.rank(),
+                &self.rhs_batch,
+                &rhs_free,
+                &self.rhs_contracting,
+                &self.lhs_contracting,
+                layout,
+            )
+        };
+        let free_first = order(GradLayout::FreeFirst);
+        let d_rhs = if free_first.iter().enumerate().all(|(i, &d)| i == d) {
+            g.dot_general(lhs, &g_batch, &self.lhs_batch, &g_lhs_free, &lhs_free)?
+        } else {
+            let d_rhs = lhs.dot_general(&g, &self.lhs_batch, &g_batch, &lhs_free, &g_lhs_free)?;
+            d_rhs.transpose(&order(GradLayout::ContractingFirst))?
+        };
         Ok(vec![Some(d_lhs), Some(d_rhs)])
     }
 }
@@ -189,14 +201,21 @@ impl Rule for DotGeneral {
 /// order) in both operands become one, by reshaping both operands: the
 /// result is the same, and XLA's CPU backend runs one-dimension
 /// contractions as plain GEMMs (bf16 weight gradients of `[B, T, H]`
-/// activations were an order of magnitude slower otherwise). `None` when
-/// there is nothing to merge.
+/// activations were an order of magnitude slower otherwise). When the lhs
+/// run is not trailing (a weight gradient contracts the leading `[B, T]` of
+/// both operands), the lhs is first transposed to put it last: the CPU
+/// backend runs a bf16 dot natively only when its lhs contracts its last
+/// dimension in row-major order (others are widened to f32, 4× slower
+/// measured), and the merging reshape after the transpose makes XLA
+/// materialize that order instead of folding the transpose into the dot.
+/// `None` when there is nothing to merge.
 fn merge_contracting_run(lhs: &Tensor, rhs: &Tensor, dot: &DotGeneral) -> Result<Option<(Tensor, Tensor, DotGeneral)>> {
     let run = |dims: &[usize]| dims.len() >= 2 && dims.windows(2).all(|w| w[1] == w[0] + 1);
     if !run(&dot.lhs_contracting) || !run(&dot.rhs_contracting) {
         return Ok(None);
     }
     let k = dot.lhs_contracting.len();
+    let (lhs, lhs_batch) = contracting_run_last(lhs, &dot.lhs_batch, dot.lhs_contracting[0], k)?;
     let merge = |x: &Tensor, first: usize| -> Result<Tensor> {
         let mut dims = x.dims()[..first].to_vec();
         dims.push(x.dims()[first..first + k].iter().product());
@@ -206,14 +225,27 @@ fn merge_contracting_run(lhs: &Tensor, rhs: &Tensor, dot: &DotGeneral) -> Result
     let shift = |batch: &[usize], first: usize| -> Vec<usize> {
         batch.iter().map(|&b| if b > first { b - (k - 1) } else { b }).collect()
     };
-    let (lf, rf) = (dot.lhs_contracting[0], dot.rhs_contracting[0]);
+    let (lf, rf) = (lhs.rank() - k, dot.rhs_contracting[0]);
     let merged = DotGeneral {
-        lhs_batch: shift(&dot.lhs_batch, lf),
+        lhs_batch: shift(&lhs_batch, lf),
         rhs_batch: shift(&dot.rhs_batch, rf),
         lhs_contracting: vec![lf],
         rhs_contracting: vec![rf],
     };
-    Ok(Some((merge(lhs, lf)?, merge(rhs, rf)?, merged)))
+    Ok(Some((merge(&lhs, lf)?, merge(rhs, rf)?, merged)))
+}
+
+/// `x` with its `k` contracting dimensions from `first` moved to the end
+/// (free and batch dimensions keep their order, so the dot's result is
+/// unchanged), and where its batch dimensions went.
+fn contracting_run_last(x: &Tensor, batch: &[usize], first: usize, k: usize) -> Result<(Tensor, Vec<usize>)> {
+    let rank = x.rank();
+    if first + k == rank {
+        return Ok((x.clone(), batch.to_vec()));
+    }
+    let permutation: Vec<usize> = (0..first).chain(first + k..rank).chain(first..first + k).collect();
+    let moved = batch.iter().map(|&b| if b < first { b } else { b - k }).collect();
+    Ok((x.transpose(&permutation)?, moved))
 }
 
 /// Layout of an operand's gradient as the VJP's `dot_general` leaves it.

@@ -140,6 +140,46 @@ pub enum Error {
         /// Argument lists given.
         found: usize,
     },
+    /// A sharding does not fit its tensor or the program's devices.
+    #[error("cannot lay out {what} ({ty}) as {sharding}: {message}")]
+    Sharding {
+        /// The tensor: `parameter 2 of program `step``, `a host array`.
+        what: String,
+        /// Its whole (unsharded) type.
+        ty: TensorType,
+        /// The sharding, as HLO text.
+        sharding: String,
+        /// What does not fit.
+        message: String,
+    },
+    /// A per-device argument of a partitioned program is not its shard's type.
+    #[error(
+        "argument {index} of program `{program}` on device {device} must be its shard {expected}, got {found}; cut the whole array by the parameter's sharding (Client::sharded_from_host)"
+    )]
+    ShardType {
+        /// Name of the program.
+        program: String,
+        /// Position of the argument.
+        index: usize,
+        /// Partition (device position) of the argument list.
+        device: usize,
+        /// The shard's type.
+        expected: TensorType,
+        /// The buffer's type.
+        found: TensorType,
+    },
+    /// A sharded argument has another sharding than its parameter.
+    #[error("argument {index} of program `{program}` must be sharded {expected}, it is sharded {found}")]
+    ArgumentSharding {
+        /// Name of the program.
+        program: String,
+        /// Position of the argument.
+        index: usize,
+        /// The parameter's sharding.
+        expected: String,
+        /// The argument's sharding.
+        found: String,
+    },
     /// The buffer was donated to a program (or deleted) and holds no data any more.
     #[error("the buffer was donated to a program and can no longer be used")]
     BufferDeleted,

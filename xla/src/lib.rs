@@ -5,6 +5,9 @@
 //!   into [`Executable`]s (cached in memory and on disk) and run them with
 //!   borrowed or donated arguments.
 //! - [`dtype`]: element types and the Rust types that carry them.
+//! - [`sharding`]: how a tensor is laid out over the devices of an SPMD
+//!   program ([`Sharding`]); [`ShardedBuffer`]s hold such arrays and
+//!   [`CompileOptions::partitioned`] compiles for XLA's SPMD partitioner.
 //! - [`trace`]: traced tensor programs: ops, autodiff, StableHLO emission.
 //! - [`programs`]: hand-written StableHLO programs for benchmarks and checks.
 //!
@@ -30,11 +33,13 @@ pub mod dtype;
 mod error;
 pub mod pjrt;
 pub mod programs;
+pub mod sharding;
 pub mod trace;
 
 pub use dtype::{ElementType, NativeType, Pred, TensorType};
 pub use error::{Error, ErrorCode, Result};
 pub use pjrt::{
     Arg, Buffer, Client, ClientOptions, CompileOptions, CompileStats, Device, Executable, LiveBuffers, Platform,
-    Plugin, PluginSearch,
+    Plugin, PluginSearch, ShardedBuffer,
 };
+pub use sharding::Sharding;

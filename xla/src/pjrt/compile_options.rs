@@ -50,6 +50,17 @@ impl CompileOptions {
         }
     }
 
+    /// One replica split into one SPMD partition per device of `devices`, in
+    /// that order: XLA's SPMD partitioner cuts the program by its
+    /// `mhlo.sharding` annotations, and partition `p` runs on `devices[p]`.
+    pub fn partitioned(devices: &[Device]) -> Self {
+        CompileOptions {
+            num_replicas: 1,
+            num_partitions: devices.len(),
+            device_assignment: Some(vec![devices.iter().map(Device::id).collect()]),
+        }
+    }
+
     /// Checks the options against the client's devices: XLA aborts the
     /// process on zero replicas, so nothing malformed may reach it.
     pub fn validate(&self, devices: &[Device]) -> Result<()> {
@@ -192,5 +203,28 @@ mod tests {
         assert_eq!(assignment.replica_count, 2);
         assert_eq!(assignment.computation_count, 1);
         assert_eq!(assignment.computation_devices[0].replica_device_ids, [3, 1]);
+    }
+
+    #[test]
+    fn partitions_turn_on_spmd_with_one_device_per_partition() {
+        let options = CompileOptions {
+            num_replicas: 1,
+            num_partitions: 3,
+            device_assignment: Some(vec![vec![2, 0, 1]]),
+        };
+        let build = CompileOptionsProto::decode(options.to_proto_bytes().as_slice())
+            .unwrap()
+            .executable_build_options
+            .unwrap();
+        assert_eq!((build.num_replicas, build.num_partitions), (1, 3));
+        assert!(build.use_spmd_partitioning);
+        let assignment = build.device_assignment.unwrap();
+        assert_eq!((assignment.replica_count, assignment.computation_count), (1, 3));
+        let ids: Vec<Vec<i64>> = assignment
+            .computation_devices
+            .iter()
+            .map(|c| c.replica_device_ids.clone())
+            .collect();
+        assert_eq!(ids, [[2], [0], [1]]);
     }
 }

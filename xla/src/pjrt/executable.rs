@@ -4,6 +4,13 @@
 //! Every call is checked against the `@main` signature (argument count,
 //! dtype, shape, device, donation) before it reaches the plugin, so a wrong
 //! call is an [`Error`], never an abort inside XLA.
+//!
+//! A program compiled into SPMD partitions
+//! ([`CompileOptions::partitioned`](super::CompileOptions::partitioned))
+//! takes one argument list per device, each holding that device's shard
+//! under the parameter's `mhlo.sharding`, and returns each device's shard of
+//! every output; [`Executable::execute_sharded`] does the same over
+//! [`ShardedBuffer`]s. On one device XLA ignores shardings, and so do the checks.
 
 use std::ffi::c_char;
 use std::ptr::NonNull;
@@ -14,24 +21,43 @@ use super::buffer::Buffer;
 use super::client::{Client, ClientInner};
 use super::device::Device;
 use super::ffi;
+use super::sharded::ShardedBuffer;
 use super::signature::Signature;
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
+use crate::sharding::Sharding;
 
-/// One argument of a call: lent to the program, or given to it.
-#[derive(Debug, Clone, Copy)]
-pub enum Arg<'a> {
+/// One argument of a call: lent to the program, or given to it. `B` is a
+/// [`Buffer`], or a [`ShardedBuffer`] for [`Executable::execute_sharded`].
+#[derive(Debug)]
+pub enum Arg<'a, B = Buffer> {
     /// The program reads the buffer; it stays valid.
-    Borrow(&'a Buffer),
+    Borrow(&'a B),
     /// The program may reuse the buffer's memory for an output (its
     /// parameter must carry `tf.aliasing_output`); the buffer is deleted.
-    Donate(&'a Buffer),
+    Donate(&'a B),
 }
 
-impl<'a> Arg<'a> {
-    fn buffer(self) -> &'a Buffer {
+impl<B> Clone for Arg<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Arg<'_, B> {}
+
+impl<'a, B> Arg<'a, B> {
+    fn buffer(self) -> &'a B {
         match self {
             Arg::Borrow(b) | Arg::Donate(b) => b,
+        }
+    }
+
+    /// The same kind of argument over `f(buffer)`.
+    fn map<C>(self, f: impl FnOnce(&'a B) -> &'a C) -> Arg<'a, C> {
+        match self {
+            Arg::Borrow(b) => Arg::Borrow(f(b)),
+            Arg::Donate(b) => Arg::Donate(f(b)),
         }
     }
 }
@@ -48,6 +74,7 @@ struct ExecutableInner {
     signature: Signature,
     outputs: Vec<TensorType>,
     devices: Vec<Device>,
+    layout: Layout,
 }
 
 // SAFETY: PJRT loaded executables may be executed from several threads at
@@ -55,6 +82,46 @@ struct ExecutableInner {
 unsafe impl Send for ExecutableInner {}
 // SAFETY: as above.
 unsafe impl Sync for ExecutableInner {}
+
+/// How parameters and outputs are laid out over the program's devices.
+#[derive(Default)]
+struct Layout {
+    /// Each parameter's sharding and the type every device receives.
+    parameters: Vec<(Sharding, TensorType)>,
+    /// Each output's sharding.
+    outputs: Vec<Sharding>,
+}
+
+impl Layout {
+    /// The layout of `signature` over `devices` devices: its shardings when
+    /// the program is partitioned, whole tensors on one device (where XLA
+    /// ignores shardings).
+    fn new(signature: &Signature, devices: usize) -> Result<Layout> {
+        if devices <= 1 {
+            return Ok(Layout {
+                parameters: signature
+                    .parameters
+                    .iter()
+                    .map(|p| (Sharding::replicated(), p.ty.clone()))
+                    .collect(),
+                outputs: vec![Sharding::replicated(); signature.output_shardings.len()],
+            });
+        }
+        let parameters = signature
+            .parameters
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let what = format!("parameter {i} of program `{}`", signature.name);
+                Ok((p.sharding.clone(), p.sharding.shard_type_of(&what, &p.ty, devices)?))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Layout {
+            parameters,
+            outputs: signature.output_shardings.clone(),
+        })
+    }
+}
 
 impl std::fmt::Debug for Executable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,10 +184,12 @@ impl Executable {
             signature,
             outputs: Vec::new(),
             devices: Vec::new(),
+            layout: Layout::default(),
         };
         let api = client.api();
         inner.devices = addressable_devices(api, client, raw)?;
         inner.outputs = with_executable(api, raw, output_types)??;
+        inner.layout = Layout::new(&inner.signature, inner.devices.len())?;
         Ok(Executable { inner: Arc::new(inner) })
     }
 
@@ -134,7 +203,8 @@ impl Executable {
         &self.inner.signature
     }
 
-    /// The type of each output, per device.
+    /// The type of each output, per device (the shard on each device of a
+    /// partitioned program).
     pub fn output_types(&self) -> &[TensorType] {
         &self.inner.outputs
     }
@@ -178,8 +248,73 @@ impl Executable {
         Ok(outputs.pop().unwrap_or_default())
     }
 
+    /// Runs a partitioned program over sharded arrays, each argument laid out
+    /// as its parameter's sharding; returns each output as a sharded array.
+    pub fn execute_sharded(&self, args: &[Arg<'_, ShardedBuffer>]) -> Result<Vec<ShardedBuffer>> {
+        let inner = &*self.inner;
+        let program = || inner.signature.name.clone();
+        let parameters = &inner.signature.parameters;
+        if args.len() != parameters.len() {
+            return Err(Error::ArgumentCount {
+                program: program(),
+                expected: parameters.len(),
+                found: args.len(),
+            });
+        }
+        let devices = inner.devices.len();
+        for (index, (arg, (sharding, _))) in args.iter().zip(&inner.layout.parameters).enumerate() {
+            let array = arg.buffer();
+            if array.tensor_type() != &parameters[index].ty {
+                return Err(Error::ArgumentType {
+                    program: program(),
+                    index,
+                    expected: parameters[index].ty.clone(),
+                    found: array.tensor_type().clone(),
+                });
+            }
+            if array.sharding() != sharding {
+                return Err(Error::ArgumentSharding {
+                    program: program(),
+                    index,
+                    expected: sharding.to_string(),
+                    found: array.sharding().to_string(),
+                });
+            }
+            if array.shards().len() != devices {
+                return Err(Error::DeviceCount {
+                    program: program(),
+                    expected: devices,
+                    found: array.shards().len(),
+                });
+            }
+        }
+        let lists: Vec<Vec<Arg<'_>>> = (0..devices)
+            .map(|device| args.iter().map(|a| a.map(|array| &array.shards()[device])).collect())
+            .collect();
+        let list_refs: Vec<&[Arg<'_>]> = lists.iter().map(Vec::as_slice).collect();
+        let mut per_device: Vec<_> = self
+            .execute_replicated(&list_refs)?
+            .into_iter()
+            .map(Vec::into_iter)
+            .collect();
+        inner
+            .outputs
+            .iter()
+            .zip(&inner.layout.outputs)
+            .map(|(shard, sharding)| {
+                // Every device list holds one buffer per output (execute_replicated's contract).
+                let shards = per_device
+                    .iter_mut()
+                    .map(|list| list.next().expect("an output per device"))
+                    .collect();
+                ShardedBuffer::from_shards(sharding.whole_type(shard), sharding.clone(), shards)
+            })
+            .collect()
+    }
+
     /// Runs the program on all its devices, with one argument list per device
-    /// (in [`Executable::devices`] order); returns one output list per device.
+    /// (in [`Executable::devices`] order) holding that device's shard of each
+    /// argument; returns one output list per device.
     pub fn execute_replicated(&self, lists: &[&[Arg<'_>]]) -> Result<Vec<Vec<Buffer>>> {
         let non_donatable = self.check_call(lists)?;
         let inner = &*self.inner;
@@ -235,7 +370,7 @@ impl Executable {
         }
         let parameters = &inner.signature.parameters;
         let mut borrowed_donatable = vec![false; parameters.len()];
-        for (list, device) in lists.iter().zip(&inner.devices) {
+        for (position, (list, device)) in lists.iter().zip(&inner.devices).enumerate() {
             if list.len() != parameters.len() {
                 return Err(Error::ArgumentCount {
                     program: program(),
@@ -243,15 +378,27 @@ impl Executable {
                     found: list.len(),
                 });
             }
-            for (index, (arg, parameter)) in list.iter().zip(parameters).enumerate() {
+            for (index, ((arg, parameter), (sharding, shard))) in
+                list.iter().zip(parameters).zip(&inner.layout.parameters).enumerate()
+            {
                 let buffer = arg.buffer();
                 buffer.check_live()?;
-                if buffer.tensor_type() != &parameter.ty {
-                    return Err(Error::ArgumentType {
-                        program: program(),
-                        index,
-                        expected: parameter.ty.clone(),
-                        found: buffer.tensor_type().clone(),
+                if buffer.tensor_type() != shard {
+                    return Err(if sharding.is_replicated() {
+                        Error::ArgumentType {
+                            program: program(),
+                            index,
+                            expected: shard.clone(),
+                            found: buffer.tensor_type().clone(),
+                        }
+                    } else {
+                        Error::ShardType {
+                            program: program(),
+                            index,
+                            device: position,
+                            expected: shard.clone(),
+                            found: buffer.tensor_type().clone(),
+                        }
                     });
                 }
                 let on = buffer.device();

@@ -11,6 +11,7 @@ mod executable;
 pub(crate) mod ffi;
 mod locate;
 mod plugin;
+mod sharded;
 mod signature;
 
 pub use buffer::Buffer;
@@ -23,4 +24,5 @@ pub use locate::{
     CACHE_DIR_ENV, PLUGIN_ENV, Platform, PluginSearch, cache_dir, install_plugin, pip_install_into, plugin_install_dir,
 };
 pub use plugin::Plugin;
+pub use sharded::ShardedBuffer;
 pub use signature::{Parameter, Signature};

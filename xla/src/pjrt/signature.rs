@@ -1,8 +1,10 @@
 //! Reads the parameters of `@main` from StableHLO text, so that calls can be
-//! checked (count, dtype, shape, donation) before they reach the plugin.
+//! checked (count, dtype, shape, donation, sharding) before they reach the
+//! plugin, and the shardings of its results.
 
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
+use crate::sharding::Sharding;
 
 /// One parameter of `@main`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +14,9 @@ pub struct Parameter {
     /// Whether the program may take over the argument's memory
     /// (`tf.aliasing_output` or `jax.buffer_donor = true`).
     pub donatable: bool,
+    /// Its `mhlo.sharding` (replicated when absent): in a partitioned
+    /// program each device receives its shard of [`Parameter::ty`].
+    pub sharding: Sharding,
 }
 
 /// The module name and the parameters of `@main`.
@@ -21,6 +26,8 @@ pub struct Signature {
     pub name: String,
     /// Parameters in order.
     pub parameters: Vec<Parameter>,
+    /// The `mhlo.sharding` of each result (replicated when absent).
+    pub output_shardings: Vec<Sharding>,
 }
 
 impl Signature {
@@ -38,8 +45,44 @@ impl Signature {
             .filter(|p| !p.trim().is_empty())
             .map(parse_parameter)
             .collect::<Result<_>>()?;
-        Ok(Signature { name, parameters })
+        let output_shardings = parse_results(&list[end + 1..])?;
+        Ok(Signature {
+            name,
+            parameters,
+            output_shardings,
+        })
     }
+}
+
+/// The shardings of the results after the parameter list: `-> (t {attrs}, …)`,
+/// `-> t`, or none.
+fn parse_results(text: &str) -> Result<Vec<Sharding>> {
+    let Some(results) = text.trim_start().strip_prefix("->") else {
+        return Ok(Vec::new());
+    };
+    let results = results.trim_start();
+    let Some(list) = results.strip_prefix('(') else {
+        return Ok(vec![Sharding::replicated()]);
+    };
+    let end = closing_paren(list).ok_or_else(|| Error::Signature("unbalanced result list".to_string()))?;
+    split_top_level(&list[..end])
+        .into_iter()
+        .filter(|r| !r.trim().is_empty())
+        .map(sharding_attribute)
+        .collect()
+}
+
+/// The `mhlo.sharding = "…"` in an attribute text, replicated when there is none.
+fn sharding_attribute(text: &str) -> Result<Sharding> {
+    const KEY: &str = "mhlo.sharding = \"";
+    let Some(start) = text.find(KEY).map(|i| i + KEY.len()) else {
+        return Ok(Sharding::replicated());
+    };
+    let value = text[start..]
+        .split('"')
+        .next()
+        .ok_or_else(|| Error::Signature(format!("unterminated sharding in `{text}`")))?;
+    Sharding::from_hlo(value).map_err(Error::Signature)
 }
 
 fn module_name(program: &str) -> Option<&str> {
@@ -102,7 +145,12 @@ fn parse_parameter(text: &str) -> Result<Parameter> {
     let ty = parse_tensor_body(&body[..close]).map_err(|e| Error::Signature(format!("{e} in `{text}`")))?;
     let attributes = &body[close + 1..];
     let donatable = attributes.contains("tf.aliasing_output") || attributes.contains("jax.buffer_donor = true");
-    Ok(Parameter { ty, donatable })
+    let sharding = sharding_attribute(attributes)?;
+    Ok(Parameter {
+        ty,
+        donatable,
+        sharding,
+    })
 }
 
 fn closing_angle(text: &str) -> Option<usize> {
@@ -149,6 +197,30 @@ mod tests {
         assert_eq!(types, ["tensor<2x3xf32>", "tensor<bf16>", "tensor<4xi32>"]);
         let donatable: Vec<bool> = signature.parameters.iter().map(|p| p.donatable).collect();
         assert_eq!(donatable, [true, false, true]);
+        assert_eq!(signature.output_shardings, [Sharding::replicated()]);
+    }
+
+    #[test]
+    fn reads_shardings_of_parameters_and_results() {
+        let program = r#"module @spmd {
+  func.func public @main(%a: tensor<8x4xf32> {tf.aliasing_output = 0 : i32, mhlo.sharding = "{devices=[4,1]<=[4]}"}, %b: tensor<4xf32>) -> (tensor<8x4xf32> {mhlo.sharding = "{devices=[4,1]<=[4]}"}, tensor<f32> {mhlo.sharding = "{replicated}"}, tensor<2x4xf32>) {
+    func.return %a : tensor<8x4xf32>
+  }
+}"#;
+        let signature = Signature::parse(program).unwrap();
+        let shardings: Vec<&Sharding> = signature.parameters.iter().map(|p| &p.sharding).collect();
+        assert_eq!(shardings, [&Sharding::split(0, 4), &Sharding::replicated()]);
+        assert!(signature.parameters[0].donatable);
+        let replicated = Sharding::replicated();
+        assert_eq!(
+            signature.output_shardings,
+            [Sharding::split(0, 4), replicated.clone(), replicated]
+        );
+        let none = Signature::parse("func.func @main(%a: tensor<f32>) {}").unwrap();
+        assert!(none.output_shardings.is_empty());
+        let odd = r#"func.func @main(%a: tensor<4xf32> {mhlo.sharding = "{maximal device=1}"}) {}"#;
+        let error = Signature::parse(odd).unwrap_err().to_string();
+        assert!(error.contains("not supported"), "{error}");
     }
 
     #[test]

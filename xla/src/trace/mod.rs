@@ -1,6 +1,8 @@
 //! Traced tensor programs: write a computation as Rust code over symbolic
 //! [`Tensor`]s of a [`Graph`], differentiate it with [`grad`], build a
-//! [`Function`], emit StableHLO and compile it through a client's cache.
+//! [`Function`], emit StableHLO and compile it through a client's cache —
+//! on one device, or partitioned over several by XLA's SPMD partitioner
+//! ([`Function::sharded`], [`ShardedTrainStep`]).
 //!
 //! ```
 //! use grpo_xla::trace::{Graph, grad};
@@ -25,6 +27,7 @@ mod op;
 mod ops;
 mod optim;
 mod optimize;
+mod sharded_train;
 mod train;
 
 pub use autodiff::{grad, value_and_grad};
@@ -35,4 +38,5 @@ pub use ops::control::{fori_loop, rng_bit_generator, uniform, while_loop};
 pub use ops::custom::{VjpFn, custom_vjp};
 pub use ops::gather::{GatherDims, ScatterDims};
 pub use optim::{AdamW, AdamWState, Optimizer, Sgd, clip_by_global_norm, global_norm};
+pub use sharded_train::{Parallelism, ShardedTrainState, ShardedTrainStep};
 pub use train::{AccumulatingTrainStep, StepMetrics, TrainState, TrainStep, TrainStepSpec};

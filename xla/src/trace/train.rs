@@ -10,6 +10,9 @@
 //! A loss function may also return metrics (scalars computed with the
 //! loss, such as clip fractions); each step reports them, summed over
 //! micro-batches.
+//!
+//! The same step program runs over several devices as
+//! [`ShardedTrainStep`](super::ShardedTrainStep).
 
 use super::function::Function;
 use super::graph::{Graph, Tensor};
@@ -72,7 +75,7 @@ struct Traced {
 }
 
 /// A plain loss function as one without metrics.
-fn without_metrics(
+pub(super) fn without_metrics(
     loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
 ) -> impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)> {
     move |params, batch| Ok((loss_fn(params, batch)?, Vec::new()))
@@ -142,6 +145,89 @@ fn state_parameters(graph: &Graph, spec: &[(String, TensorType)]) -> Result<Vec<
     spec.iter().map(|(_, t)| graph.parameter(t.dtype, &t.dims)).collect()
 }
 
+/// The whole step as one function `(params, opt_state, batch, lr) →
+/// (params', opt_state', loss, grad_norm, metrics…)`, parameters and
+/// optimizer state donated to their updates.
+pub(super) struct StepProgram {
+    pub function: Function,
+    pub state_spec: Vec<(String, TensorType)>,
+    pub metrics: usize,
+}
+
+/// Traces the whole step of `loss_fn`.
+pub(super) fn trace_step(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Result<StepProgram> {
+    let state_spec = spec.optimizer.state_spec(&spec.params);
+    let mut state = Vec::new();
+    let traced = trace_loss("train_step", spec, loss_fn, |graph| {
+        state = state_parameters(graph, &state_spec)?;
+        Ok(())
+    })?;
+    let lr = traced.graph.parameter(ElementType::F32, &[])?;
+    let (mut outputs, norm) = trace_update(spec, &traced.params, &traced.grads, &state, &lr)?;
+    outputs.push(traced.loss.clone());
+    outputs.push(norm);
+    outputs.extend(traced.metrics.iter().cloned());
+    let function = build(&traced.graph, &outputs)?.donate_range(0..spec.params.len() + state_spec.len())?;
+    Ok(StepProgram {
+        function,
+        state_spec,
+        metrics: traced.metrics.len(),
+    })
+}
+
+/// The step program's arguments: parameters and state donated, the batch
+/// and learning rate borrowed.
+pub(super) fn step_args<'a, B>(params: &'a [B], optimizer: &'a [B], batch: &[&'a B], lr: &'a B) -> Vec<Arg<'a, B>> {
+    let mut args: Vec<Arg<'a, B>> = params.iter().map(Arg::Donate).collect();
+    args.extend(optimizer.iter().map(Arg::Donate));
+    args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+    args.push(Arg::Borrow(lr));
+    args
+}
+
+/// The step program's outputs, in order.
+pub(super) struct StepOutputs<B> {
+    params: Vec<B>,
+    optimizer: Vec<B>,
+    loss: B,
+    norm: B,
+    metrics: Vec<B>,
+}
+
+impl<B> StepOutputs<B> {
+    /// Splits `(params', state', loss, grad_norm, metrics…)` with `params`
+    /// parameters and `metrics` metrics.
+    pub(super) fn split(mut outputs: Vec<B>, params: usize, metrics: usize) -> StepOutputs<B> {
+        let metrics = outputs.split_off(outputs.len() - metrics);
+        let norm = outputs.pop().expect("grad norm output");
+        let loss = outputs.pop().expect("loss output");
+        let optimizer = outputs.split_off(params);
+        StepOutputs {
+            params: outputs,
+            optimizer,
+            loss,
+            norm,
+            metrics,
+        }
+    }
+
+    /// Stores the updated parameters and state, and reads the step's scalars with `read`.
+    pub(super) fn finish(
+        self,
+        params: &mut Vec<B>,
+        optimizer: &mut Vec<B>,
+        read: impl Fn(&B) -> Result<f32>,
+    ) -> Result<StepMetrics> {
+        *params = self.params;
+        *optimizer = self.optimizer;
+        Ok(StepMetrics {
+            loss: read(&self.loss)?,
+            grad_norm: read(&self.norm)?,
+            metrics: self.metrics.iter().map(read).collect::<Result<_>>()?,
+        })
+    }
+}
+
 impl TrainStep {
     /// Traces `loss_fn(params, batch)` (a scalar) and compiles the whole step.
     pub fn compile(
@@ -159,28 +245,13 @@ impl TrainStep {
         spec: &TrainStepSpec<'_>,
         loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
     ) -> Result<TrainStep> {
-        let state_spec = spec.optimizer.state_spec(&spec.params);
-        let mut state = Vec::new();
-        let traced = trace_loss("train_step", spec, &loss_fn, |graph| {
-            state = state_parameters(graph, &state_spec)?;
-            Ok(())
-        })?;
-        let lr = traced.graph.parameter(ElementType::F32, &[])?;
-        let (mut outputs, norm) = trace_update(spec, &traced.params, &traced.grads, &state, &lr)?;
-        outputs.push(traced.loss.clone());
-        outputs.push(norm);
-        outputs.extend(traced.metrics.iter().cloned());
-        let refs: Vec<&Tensor> = outputs.iter().collect();
-        let function = traced
-            .graph
-            .build(&refs)?
-            .donate_range(0..spec.params.len() + state_spec.len())?;
+        let program = trace_step(spec, &loss_fn)?;
         Ok(TrainStep {
             client: client.clone(),
-            executable: function.compile(client)?,
-            state_spec,
+            executable: program.function.compile(client)?,
+            state_spec: program.state_spec,
             params: spec.params.len(),
-            metrics: traced.metrics.len(),
+            metrics: program.metrics,
         })
     }
 
@@ -197,21 +268,14 @@ impl TrainStep {
     /// Runs one step in place on `state` with learning rate `lr`.
     pub fn step(&self, state: &mut TrainState, batch: &[&Buffer], lr: f32) -> Result<StepMetrics> {
         let lr = scalar_on(&self.client, &self.executable, lr)?;
-        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Donate).collect();
-        args.extend(state.optimizer.iter().map(Arg::Donate));
-        args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
-        args.push(Arg::Borrow(&lr));
-        let mut outputs = self.executable.execute_args(&args)?;
-        let metrics = read_scalars(&outputs.split_off(outputs.len() - self.metrics))?;
-        let norm = outputs.pop().expect("grad norm output");
-        let loss = outputs.pop().expect("loss output");
-        state.optimizer = outputs.split_off(self.params);
-        state.params = outputs;
-        Ok(StepMetrics {
-            loss: read_scalar(&loss)?,
-            grad_norm: read_scalar(&norm)?,
-            metrics,
-        })
+        let outputs = self
+            .executable
+            .execute_args(&step_args(&state.params, &state.optimizer, batch, &lr))?;
+        StepOutputs::split(outputs, self.params, self.metrics).finish(
+            &mut state.params,
+            &mut state.optimizer,
+            read_scalar,
+        )
     }
 }
 

@@ -518,7 +518,8 @@ def format_generate_table(rows, bandwidth=None, loads=None):
 
 # --- GRPO loop ----------------------------------------------------------------
 
-LOOP_SYSTEMS = ("trl", "grpo")
+LOOP_SYSTEMS = ("trl", "grpo", "grpo-bf16")
+GRPO_SYSTEMS = ("grpo", "grpo-bf16")  # f32, and bf16 compute + bf16 engine
 LOOP_SPLIT = ("time_generation", "time_reward", "time_train", "time_weight_sync")
 
 
@@ -575,14 +576,14 @@ def build_grpo_loop_summary(records):
             "eval_start": statistics.mean(evals[min(evals)]) if evals else None,
             "eval_end": statistics.mean(evals[max(evals)]) if len(evals) > 1 else None,
         }
-        if system == "grpo":
+        if system in GRPO_SYSTEMS:
             entry["split"] = {k: _median_of(_number(r.get(k)) for r in timed) for k in LOOP_SPLIT}
             if any(v is None for v in entry["split"].values()):
                 entry["split"] = {k: v for k, v in entry["split"].items() if v is not None}
         systems[system] = entry
-    trl, grpo = systems.get("trl"), systems.get("grpo")
-    ratio = _ratio(trl["median_s"], grpo["median_s"]) if trl and grpo else None
-    return {"systems": systems, "ratio": ratio}
+    trl = systems.get("trl")
+    ratios = {g: _ratio(trl["median_s"], systems[g]["median_s"]) for g in GRPO_SYSTEMS if trl and g in systems}
+    return {"systems": systems, "ratio": ratios.get("grpo"), "ratios": ratios}
 
 
 def _loop_info(records):
@@ -603,10 +604,12 @@ def format_grpo_loop_table(summary, info=None):
             f" ({info['prompts']} prompts × {info['samples']} samples = {info['prompts'] * info['samples']} "
             f"sequences a step, ≤ {info['max_tokens']} new tokens)"
         )
+    ratios = [f"trl / {g} = {r:.2f}x" for g, r in summary["ratios"].items() if r is not None]
     lines = [
-        f"GRPO loop, SmolLM2-135M-Instruct f32 on CPU{shape}: "
-        + (f"trl / grpo = {summary['ratio']:.2f}x" if summary["ratio"] is not None else "trl / grpo n/a")
-        + " (median step time; above 1 means grpo is faster)",
+        f"GRPO loop, SmolLM2-135M-Instruct on CPU{shape}: "
+        + (", ".join(ratios) if ratios else "trl / grpo n/a")
+        + " (median step time; above 1 means grpo is faster; trl and grpo in f32, grpo-bf16 with bf16"
+        " compute on f32 master weights and a bf16 engine)",
         "",
     ]
     header = ["system", "rounds", "steps", "median s/step", "step-1 s", "mean reward", "eval accuracy start → end"]
@@ -623,16 +626,18 @@ def format_grpo_loop_table(summary, info=None):
             system, str(s["rounds"]), str(s["steps"]), _fmt(s["median_s"], ".2f"), _fmt(s["first_s"], ".2f"),
             _fmt(s["mean_reward"], ".3f"), ev,
         ]) + " |")
-    grpo = systems.get("grpo")
-    if grpo and grpo.get("split"):
-        names = {"time_generation": "generation", "time_reward": "reward", "time_train": "train",
-                 "time_weight_sync": "weight sync"}
+    names = {"time_generation": "generation", "time_reward": "reward", "time_train": "train",
+             "time_weight_sync": "weight sync"}
+    for system in GRPO_SYSTEMS:
+        grpo = systems.get(system)
+        if not (grpo and grpo.get("split")):
+            continue
         parts = [
             f"{names[k]} {v:.2f} s ({v / grpo['median_s'] * 100:.0f}%)" if grpo["median_s"] else f"{names[k]} {v:.2f} s"
             for k, v in grpo["split"].items()
         ]
         lines.append("")
-        lines.append("grpo split (medians over the same steps): " + ", ".join(parts))
+        lines.append(f"{system} split (medians over the same steps): " + ", ".join(parts))
     steps = sorted({k for s in systems.values() for k in s["reward_per_step"]})
     if steps:
         present = [x for x in LOOP_SYSTEMS if x in systems]

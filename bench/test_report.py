@@ -440,6 +440,21 @@ class GrpoLoopReportTest(unittest.TestCase):
         self.assertIn("| 2 | 0.500 | 0.250 |", table)
         self.assertIn("median s/step over steps 2..", table)
 
+    def test_bf16_rows_get_their_own_ratio_and_split(self):
+        bf16 = [
+            '{"bench": "grpo_loop", "system": "grpo-bf16", "round": 1, "step": %d, "step_time": %s, "reward": 0.5,'
+            ' "time_generation": 2.0, "time_reward": 0.01, "time_train": 7.0, "time_weight_sync": 0.5}' % (step, t)
+            for step, t in ((1, 30.0), (2, 10.0), (3, 10.0))
+        ]
+        lines = GRPO_LOOP_SAMPLE.splitlines() + bf16
+        summary = report.build_grpo_loop_summary(report.parse_lines(lines))
+        self.assertAlmostEqual(summary["ratios"]["grpo-bf16"], 5.0)
+        self.assertAlmostEqual(summary["ratio"], 2.0)
+        table = report.report(lines)
+        self.assertIn("trl / grpo = 2.00x, trl / grpo-bf16 = 5.00x", table)
+        self.assertIn("| grpo-bf16 | 1 | 3 | 10.00 | 30.00 | 0.500 | n/a |", table)
+        self.assertIn("grpo-bf16 split (medians over the same steps): generation 2.00 s (20%)", table)
+
     def test_one_system_one_step(self):
         line = '{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 1, "step_time": 9.0, "reward": 0.0}'
         summary = report.build_grpo_loop_summary(report.parse_lines([line]))

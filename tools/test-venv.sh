@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Creates the Python environment of the tests' independent readers — the
-# official `openai` client (serving tests, the serving benchmark) and
-# pandas + pyarrow (the rollout log is read as a Parquet dataset) — and
-# prints its interpreter's path on stdout (progress goes to stderr):
+# official `openai` client (serving tests, the serving benchmark),
+# pandas + pyarrow (the rollout log is read as a Parquet dataset), and
+# PyYAML + kubernetes-validate (deploy/test_deploy.py checks the Kubernetes
+# manifests against the official schemas, offline) — and prints its
+# interpreter's path on stdout (progress goes to stderr):
 #
 #   PY=$(tools/test-venv.sh)
 #
@@ -12,7 +14,7 @@
 # makes a second run a no-op; a failed install exits non-zero.
 set -euo pipefail
 
-TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1)
+TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1 pyyaml==6.0.3 kubernetes-validate==1.37.0)
 
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
 VENV=$CACHE/test-venv
@@ -33,7 +35,7 @@ STAMP=$VENV/.grpo-test-packages
 if [[ ! -f $STAMP || "$(cat "$STAMP")" != "${TEST_PACKAGES[*]}" ]]; then
     echo "== test venv: installing ${TEST_PACKAGES[*]}" >&2
     "$PY" -m pip install --disable-pip-version-check --no-input --progress-bar off -q "${TEST_PACKAGES[@]}" >&2
-    "$PY" -c 'import openai, pyarrow, pandas; print("openai", openai.__version__, "pyarrow", pyarrow.__version__)' >&2
+    "$PY" -c 'import openai, pyarrow, pandas, yaml, kubernetes_validate; print("openai", openai.__version__, "pyarrow", pyarrow.__version__)' >&2
     printf '%s' "${TEST_PACKAGES[*]}" >"$STAMP"
 fi
 

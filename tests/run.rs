@@ -218,9 +218,20 @@ struct Worker {
 
 impl Worker {
     fn start(model: &Path, token: &str) -> Worker {
+        Worker::start_on(model, token, 0)
+    }
+
+    /// On `port` (0: a free one).
+    fn start_on(model: &Path, token: &str, port: u16) -> Worker {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
-            .args(["worker", "--model", model.to_str().unwrap(), "--port", "0"])
+            .args([
+                "worker",
+                "--model",
+                model.to_str().unwrap(),
+                "--port",
+                &port.to_string(),
+            ])
             .args(["--max-num-seqs", "4", "--max-model-len", "32"])
             .env("GRPO_WORKER_TOKEN", token)
             .stdout(std::process::Stdio::piped())
@@ -328,6 +339,68 @@ fn a_worker_that_dies_stops_the_run_with_a_message_naming_it() {
     std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.success(), "the run cannot go on without its only worker");
     assert!(err.contains(&worker.addr), "the error names the worker: {err}");
+}
+
+#[test]
+fn a_worker_that_restarted_on_its_start_up_weights_is_an_error_not_samples() {
+    use grpo_learner::fleet::{Fleet, RemoteFleet};
+    use grpo_rollout::request::{Request, SamplingParams};
+    use grpo_rollout::worker::{PushOptions, Token};
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut worker = Worker::start(&model, "s3cret");
+    let port: u16 = worker.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let token = Token::new("s3cret").unwrap();
+    let mut fleet = RemoteFleet::connect(std::slice::from_ref(&worker.addr), &token, PushOptions::default()).unwrap();
+
+    let plugin = grpo_xla::Plugin::find(grpo_xla::Platform::Cpu).unwrap();
+    let client = grpo_xla::Client::new(&plugin, grpo_xla::ClientOptions::default()).unwrap();
+    let pretrained = grpo_model::pretrained::Pretrained::open(model.to_str().unwrap()).unwrap();
+    let decoder = grpo_model::decoder::Decoder::new(pretrained.config.clone());
+    let device = client.device(0).unwrap().clone();
+    let weights = pretrained.weights.as_ref();
+    let buffers =
+        grpo_model::load::upload_parameters(&client, &device, &decoder, weights, grpo_xla::ElementType::F32).unwrap();
+    let named: Vec<(&str, &grpo_xla::Buffer)> = decoder
+        .parameters()
+        .iter()
+        .map(|p| p.name.as_str())
+        .zip(&buffers)
+        .collect();
+    fleet.start_at(3, &named).unwrap();
+
+    let request = Request {
+        prompt: vec![1, 2, 3],
+        params: SamplingParams {
+            n: 2,
+            max_tokens: 4,
+            ..SamplingParams::default()
+        },
+    };
+    let groups = fleet.generate(std::slice::from_ref(&request)).unwrap();
+    assert!(
+        groups[0]
+            .iter()
+            .all(|c| !c.versions.is_empty() && c.versions.iter().all(|&v| v == 3)),
+        "the pushed version serves"
+    );
+
+    worker.child.kill().unwrap();
+    worker.child.wait().unwrap();
+    let restarted = Worker::start_on(&model, "s3cret", port);
+    let started = Instant::now();
+    let err = loop {
+        match fleet.generate(std::slice::from_ref(&request)) {
+            Err(e) if e.to_string().contains("version") => break e.to_string(),
+            Err(_) if started.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(100)),
+            other => panic!("a restarted worker's samples must be refused: {other:?}"),
+        }
+    };
+    assert!(
+        err.contains(&restarted.addr) && err.contains("not version 3"),
+        "the error names the worker and the versions: {err}"
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //!   worker that refuses or fails an update stops the run with its error.
 //!   At the start the learner pushes its weights too, so every worker
 //!   serves the learner's policy (a resumed run's, or a fresh one's) before
-//!   it gets work.
+//!   it gets work. Every completion's tokens must carry the version pushed
+//!   last: a worker that restarted (and serves its start-up weights) stops
+//!   the run with an error naming it instead of training on the wrong policy.
 //!
 //! Both report the bytes moved, so the loop logs the weight-sync rate.
 
@@ -100,6 +102,8 @@ pub struct RemoteFleet {
     runtime: tokio::runtime::Runtime,
     workers: Vec<(String, WorkerClient)>,
     options: PushOptions,
+    /// The version every worker was last given.
+    version: Option<u64>,
 }
 
 fn worker_error(endpoint: &str, e: WorkerError) -> Error {
@@ -141,7 +145,26 @@ impl RemoteFleet {
             runtime,
             workers,
             options,
+            version: None,
         })
+    }
+}
+
+/// An error when `group`, from the worker at `endpoint`, holds a token not
+/// sampled under `version`.
+fn check_version(endpoint: &str, version: Option<u64>, group: &[Completion]) -> Result<()> {
+    let Some(version) = version else {
+        return Ok(());
+    };
+    match group.iter().flat_map(|c| &c.versions).find(|&&v| v != version) {
+        None => Ok(()),
+        Some(served) => Err(Error::Worker {
+            endpoint: endpoint.to_string(),
+            message: format!(
+                "served policy version {served}, not version {version} it was given (did it restart?); \
+                 restart the worker, then resume the run with --resume"
+            ),
+        }),
     }
 }
 
@@ -153,12 +176,15 @@ impl Fleet for RemoteFleet {
             .map(|(i, request)| {
                 let (endpoint, client) = &self.workers[i % self.workers.len()];
                 let (endpoint, mut client, request) = (endpoint.clone(), client.clone(), request.clone());
+                let version = self.version;
                 self.runtime.spawn(async move {
                     let samples = client
                         .generate(&request)
                         .await
                         .map_err(|e| worker_error(&endpoint, e))?;
-                    samples.all().await.map_err(|e| worker_error(&endpoint, e))
+                    let group = samples.all().await.map_err(|e| worker_error(&endpoint, e))?;
+                    check_version(&endpoint, version, &group)?;
+                    Ok::<_, Error>(group)
                 })
             })
             .collect();
@@ -186,6 +212,7 @@ impl Fleet for RemoteFleet {
             }
             Ok::<_, Error>(())
         })?;
+        self.version = Some(version);
         let per_worker = f32_bytes(tensors) / 4 * options.dtype.element_bytes() as u64;
         Ok(SyncReport {
             bytes: per_worker * self.workers.len() as u64,

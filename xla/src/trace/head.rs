@@ -78,14 +78,13 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
                 let classes = piece.log_p.graph().iota(ElementType::S32, piece.log_p.dims(), 1)?;
                 let onehot = classes.eq(&piece.targets.convert(ElementType::S32)?.reshape(&[chunk, 1])?)?;
                 let onehot = onehot.select(&p.ones_like()?, &p.zeros_like()?)?;
+                // In the weight's dtype for both products (bf16 GEMMs under mixed precision).
                 let d_logits = g_lp
                     .mul(&onehot.sub(&p)?)?
-                    .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?;
-                let d_hidden = d_logits
-                    .convert(c[1].dtype())?
-                    .dot_general(&c[1], &[], &[], &[1], &[0])?;
-                let d_weight =
-                    weight_gradient(&d_logits.convert(c[1].dtype())?, &piece.hidden)?.convert(ElementType::F32)?;
+                    .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?
+                    .convert(c[1].dtype())?;
+                let d_hidden = d_logits.dot_general(&c[1], &[], &[], &[1], &[0])?;
+                let d_weight = weight_gradient(&d_logits, &piece.hidden)?.convert(ElementType::F32)?;
                 let zero = piece.start.zeros_like()?;
                 let mut next: Vec<Tensor> = c[..6].to_vec();
                 next.push(c[6].dynamic_update_slice(&d_hidden, &[&piece.start, &zero])?);

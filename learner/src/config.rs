@@ -4,7 +4,9 @@
 //! starts. The `[[reward]]` and `[reward_pool]` tables belong to
 //! grpo-reward and are read there.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -14,6 +16,7 @@ use grpo_xla::ElementType;
 use crate::advantage::ScaleRewards;
 use crate::data::{Example, load_jsonl, split, to_chat};
 use crate::error::{Error, Result};
+use crate::fleet::FleetConfig;
 use crate::grpo::GrpoConfig;
 use crate::loss::{GrpoLoss, Importance, LossType};
 use crate::schedule::{Decay, Schedule};
@@ -127,13 +130,28 @@ pub struct RolloutSection {
     /// The seed of the rollouts' sampling. Default 0.
     pub seed: u32,
     /// Rollout workers (`grpo worker`) to generate on, as `host:port` or
-    /// URLs; empty (the default) generates in process.
+    /// URLs; they need not be up when the run starts. Default none.
     pub workers: Vec<String>,
+    /// `host:port` where the learner takes registrations of workers
+    /// started with `grpo worker --learner`; port 0 picks a free one.
+    /// Default none.
+    pub listen: Option<String>,
+    /// Whether the in-process engine generates too. Default: only when no
+    /// `workers` and no `listen` are given.
+    pub in_process: Option<bool>,
     /// A file holding the workers' shared token; without it the token comes
     /// from `GRPO_WORKER_TOKEN`. Relative to the config file.
     pub worker_token_file: Option<PathBuf>,
     /// How weights travel to workers: "f32" (exact; default) or "bf16" (half the bytes).
     pub weight_dtype: String,
+    /// Seconds between two Health calls to each worker. Default 2.
+    pub heartbeat_s: f64,
+    /// Seconds a worker may leave a Health call unanswered before it is
+    /// declared down and its groups go to other workers. Default 10.
+    pub worker_timeout_s: f64,
+    /// Seconds generation waits with no worker ready before the run stops.
+    /// Default 600.
+    pub worker_wait_s: f64,
     /// How many versions behind the learner a batch's policy may be: 0
     /// (default) is synchronous on-policy; k ≥ 1 generates the next batches
     /// while the learner trains, dropping samples older than k versions.
@@ -151,8 +169,13 @@ impl Default for RolloutSection {
             dtype: "f32".to_string(),
             seed: 0,
             workers: Vec::new(),
+            listen: None,
+            in_process: None,
             worker_token_file: None,
             weight_dtype: "f32".to_string(),
+            heartbeat_s: 2.0,
+            worker_timeout_s: 10.0,
+            worker_wait_s: 600.0,
             max_staleness: 0,
         }
     }
@@ -291,6 +314,26 @@ impl Default for LoggingSection {
     }
 }
 
+/// The rollout fleet `[rollout]` asks for.
+#[derive(Debug, Clone)]
+pub struct FleetPlan {
+    /// How the fleet pushes weights and watches its workers.
+    pub config: FleetConfig,
+    /// Worker addresses to call.
+    pub workers: Vec<String>,
+    /// Where to take worker registrations.
+    pub listen: Option<SocketAddr>,
+    /// Whether the in-process engine generates too.
+    pub in_process: bool,
+}
+
+impl FleetPlan {
+    /// Whether the in-process engine is the whole fleet (no workers, no registry).
+    pub fn local_only(&self) -> bool {
+        self.workers.is_empty() && self.listen.is_none()
+    }
+}
+
 fn invalid(field: &'static str, message: String) -> Error {
     Error::Config { field, message }
 }
@@ -347,7 +390,7 @@ impl RunConfig {
             invalid("config", format!("`{key}`: {message}"))
         })?;
         config.grpo()?;
-        config.push_options()?;
+        config.fleet()?;
         config.engine_dtype()?;
         Ok(config)
     }
@@ -386,16 +429,55 @@ impl RunConfig {
         )
     }
 
-    /// How weights are pushed to rollout workers.
-    pub fn push_options(&self) -> Result<PushOptions> {
+    /// The rollout fleet the run generates on, checked.
+    pub fn fleet(&self) -> Result<FleetPlan> {
+        let r = &self.rollout;
         let dtype = choice(
             "rollout.weight_dtype",
-            &self.rollout.weight_dtype,
+            &r.weight_dtype,
             &[("f32", WireDtype::F32), ("bf16", WireDtype::Bf16)],
         )?;
-        Ok(PushOptions {
-            dtype,
-            ..PushOptions::default()
+        let seconds = |field: &'static str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(Duration::from_secs_f64(value))
+            } else {
+                Err(invalid(field, format!("{value}: a number of seconds > 0")))
+            }
+        };
+        let config = FleetConfig {
+            push: PushOptions {
+                dtype,
+                ..PushOptions::default()
+            },
+            heartbeat: seconds("rollout.heartbeat_s", r.heartbeat_s)?,
+            timeout: seconds("rollout.worker_timeout_s", r.worker_timeout_s)?,
+            wait: seconds("rollout.worker_wait_s", r.worker_wait_s)?,
+        };
+        let listen = r
+            .listen
+            .as_deref()
+            .map(|addr| {
+                addr.parse::<SocketAddr>().map_err(|e| {
+                    invalid(
+                        "rollout.listen",
+                        format!("`{addr}` is not IP:port ({e}); e.g. \"0.0.0.0:50050\""),
+                    )
+                })
+            })
+            .transpose()?;
+        let remote = !r.workers.is_empty() || listen.is_some();
+        let in_process = r.in_process.unwrap_or(!remote);
+        if !in_process && !remote {
+            return Err(invalid(
+                "rollout.in_process",
+                "false leaves no engine: give rollout.workers or rollout.listen".to_string(),
+            ));
+        }
+        Ok(FleetPlan {
+            config,
+            workers: r.workers.clone(),
+            listen,
+            in_process,
         })
     }
 

@@ -47,6 +47,13 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The rollout fleet cannot go on (no worker ready, a registry that
+    /// cannot listen).
+    #[error("rollout fleet: {message}")]
+    Fleet {
+        /// What is wrong, with each worker's state.
+        message: String,
+    },
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

@@ -33,7 +33,7 @@ use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, Weights};
 use crate::loss::GrpoLoss;
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
@@ -407,7 +407,7 @@ impl GrpoLoop {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors = host_tensors(&named_params(&self.decoder, &self.state.params))?;
+        let tensors: Weights = host_tensors(&named_params(&self.decoder, &self.state.params))?;
         let sync = self
             .rollouts
             .update_weights(self.step as u64 + 1, tensors)?

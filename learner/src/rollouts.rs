@@ -19,7 +19,6 @@
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
-use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::request::SamplingParams;
 use serde_json::{Map, Value};
@@ -27,7 +26,7 @@ use serde_json::{Map, Value};
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, SyncReport};
+use crate::fleet::{Fleet, SyncReport, Weights};
 
 /// How a step's rollouts are sampled.
 #[derive(Debug, Clone, Copy)]
@@ -126,7 +125,7 @@ impl RolloutSide {
     }
 
     /// Installs `tensors` as policy `version` on the fleet.
-    fn update_weights(&mut self, version: u64, tensors: &[(String, HostTensor)]) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
         let sync = self.fleet.update_weights(version, tensors)?;
         self.version = version;
         Ok(sync)
@@ -136,7 +135,7 @@ impl RolloutSide {
 /// A request to the rollout thread.
 enum Command {
     /// Install new weights before the next batch.
-    Weights(u64, Vec<(String, HostTensor)>),
+    Weights(u64, Weights),
     /// Evaluate greedily and answer.
     Evaluate(Vec<Example>, usize, Sender<Result<Collected>>),
 }
@@ -189,9 +188,9 @@ impl Rollouts {
 
     /// Hands the fleet policy `version`: at once inline (and reports the
     /// sync), else before the thread's next batch (reported with it).
-    pub fn update_weights(&mut self, version: u64, tensors: Vec<(String, HostTensor)>) -> Result<Option<SyncReport>> {
+    pub fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<Option<SyncReport>> {
         match self {
-            Rollouts::Inline(side) => side.update_weights(version, &tensors).map(Some),
+            Rollouts::Inline(side) => side.update_weights(version, tensors).map(Some),
             Rollouts::Ahead(ahead) => {
                 ahead.send(Command::Weights(version, tensors))?;
                 Ok(None)
@@ -245,7 +244,7 @@ fn run_ahead(mut side: RolloutSide, mut step: usize, inbox: &Receiver<Command>, 
     let mut sync = None;
     let handle = |side: &mut RolloutSide, command: Command, sync: &mut Option<SyncReport>| -> Result<()> {
         match command {
-            Command::Weights(version, tensors) => *sync = Some(side.update_weights(version, &tensors)?),
+            Command::Weights(version, tensors) => *sync = Some(side.update_weights(version, tensors)?),
             Command::Evaluate(examples, max_tokens, reply) => {
                 let _ = reply.send(side.evaluate(&examples, max_tokens));
             }

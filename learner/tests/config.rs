@@ -29,12 +29,36 @@ fn invalid_values_name_their_key() {
         ("[checkpoint]\nevery = -1\n", "checkpoint.every"),
         ("[trainer]\nevals = 3\n", "evals"),
         ("[optimizer]\nschedule = \"step\"\n", "optimizer.schedule"),
+        ("[rollout]\nlisten = \"localhost\"\n", "rollout.listen"),
+        ("[rollout]\nin_process = false\n", "rollout.in_process"),
+        ("[rollout]\nheartbeat_s = 0.0\n", "rollout.heartbeat_s"),
+        ("[rollout]\nworker_timeout_s = -1.0\n", "rollout.worker_timeout_s"),
+        ("[rollout]\nworker_wait_s = nan\n", "rollout.worker_wait_s"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()
             .to_string();
         assert!(err.contains(key), "{extra}: {err}");
     }
+}
+
+#[test]
+fn the_fleet_is_the_in_process_engine_unless_workers_or_a_registry_are_given() {
+    let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
+    let plan = |rollout: &str| {
+        RunConfig::from_toml_str(&format!("{base}[rollout]\n{rollout}"))
+            .unwrap()
+            .fleet()
+            .unwrap()
+    };
+    let alone = plan("");
+    assert!(alone.local_only() && alone.in_process);
+    let listed = plan("workers = [\"10.0.0.2:50051\"]\n");
+    assert!(!listed.local_only() && !listed.in_process);
+    let both = plan("listen = \"0.0.0.0:50050\"\nin_process = true\nheartbeat_s = 0.5\n");
+    assert_eq!(both.listen, Some("0.0.0.0:50050".parse().unwrap()));
+    assert!(both.in_process && !both.local_only());
+    assert_eq!(both.config.heartbeat, std::time::Duration::from_millis(500));
 }
 
 #[test]

@@ -5,7 +5,10 @@
 //! - [`rollout`]: package `grpo.rollout.v1`, the rollout worker service —
 //!   generation, weight updates in three phases, pause / resume, health and
 //!   stats. [`rollout::rollout_worker_server`] and
-//!   [`rollout::rollout_worker_client`] are tonic's server and client.
+//!   [`rollout::rollout_worker_client`] are tonic's server and client;
+//!   [`rollout::worker_registry_server`] and
+//!   [`rollout::worker_registry_client`] are the learner's registry, where
+//!   workers announce themselves.
 
 #![warn(missing_docs)]
 

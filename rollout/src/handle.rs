@@ -18,6 +18,7 @@
 //! calls [`Error::EngineStopped`].
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::thread;
 
 use grpo_model::weights::HostTensor;
@@ -25,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::{Engine, EngineStats, InFlight};
 use crate::error::{Error, Result};
-use crate::output::{RequestId, SampleUpdate};
+use crate::output::{Completion, RequestId, SampleUpdate};
 use crate::request::Request;
 
 /// How [`EngineHandle::pause`] treats the requests the engine holds.
@@ -69,6 +70,16 @@ impl SampleStream {
         }
         next
     }
+
+    /// Every sample once all have finished, by index.
+    pub async fn finished(mut self) -> Result<Vec<Completion>> {
+        let mut samples = Vec::new();
+        while let Some(update) = self.next().await {
+            samples.extend(update?.finished);
+        }
+        samples.sort_by_key(|s| s.index);
+        Ok(samples)
+    }
 }
 
 impl Drop for SampleStream {
@@ -101,7 +112,7 @@ enum Command {
     },
     UpdateWeights {
         version: u64,
-        tensors: Vec<(String, HostTensor)>,
+        tensors: Arc<[(String, HostTensor)]>,
         in_flight: InFlight,
         reply: oneshot::Sender<Result<()>>,
     },
@@ -159,16 +170,17 @@ impl EngineHandle {
         self.call(|reply| Command::Abort { id, reply: Some(reply) }).await
     }
 
-    /// Installs new weights between two steps (see [`Engine::update_weights`]).
+    /// Installs new weights between two steps (see [`Engine::update_weights`]);
+    /// shared tensors (an `Arc`) are uploaded without a host copy.
     pub async fn update_weights(
         &self,
         version: u64,
-        tensors: Vec<(String, HostTensor)>,
+        tensors: impl Into<Arc<[(String, HostTensor)]>>,
         in_flight: InFlight,
     ) -> Result<()> {
         self.call(|reply| Command::UpdateWeights {
             version,
-            tensors,
+            tensors: tensors.into(),
             in_flight,
             reply,
         })

@@ -31,15 +31,8 @@ fn request(seed: u32, n: usize, max_tokens: usize) -> Request {
 }
 
 /// Every sample of a stream, by index, once it ends.
-async fn collect(mut stream: SampleStream) -> Vec<Completion> {
-    let mut done = Vec::new();
-    while let Some(update) = stream.next().await {
-        if let Some(completion) = update.unwrap().finished {
-            done.push(completion);
-        }
-    }
-    done.sort_by_key(|c| c.index);
-    done
+async fn collect(stream: SampleStream) -> Vec<Completion> {
+    stream.finished().await.unwrap()
 }
 
 fn runtime() -> tokio::runtime::Runtime {

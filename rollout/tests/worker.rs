@@ -20,7 +20,8 @@ use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_rollout::worker::proto::rollout_worker_client::RolloutWorkerClient;
 use grpo_rollout::worker::{
-    Health, PushOptions, Token, WireDtype, WorkerClient, WorkerError, WorkerServer, proto, start_request, weight_chunks,
+    Health, PROTOCOL_VERSION, PushOptions, Token, WireDtype, WorkerClient, WorkerError, WorkerServer, proto,
+    start_request, weight_chunks,
 };
 use grpo_xla::Client;
 use tonic::Code;
@@ -214,13 +215,8 @@ async fn push_mid_generation(dtype: WireDtype, pause: bool) {
     fresh.update_weights(1, &update, InFlight::Keep).unwrap();
     let want = fresh.generate(std::slice::from_ref(&next)).unwrap().remove(0);
     assert_eq!(generate(&mut worker, &next).await, want);
-    assert_eq!(
-        worker.health().await.unwrap(),
-        Health {
-            paused: false,
-            version: 1
-        }
-    );
+    let health = worker.health().await.unwrap();
+    assert_eq!((health.paused, health.version), (false, 1));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -354,11 +350,15 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     let mut kept = worker.generate(&long()).await.unwrap();
     until(&mut worker, |s| s.engine.running == 1).await;
     worker.pause(PauseMode::Keep).await.unwrap();
+    let health = worker.health().await.unwrap();
     assert_eq!(
-        worker.health().await.unwrap(),
+        health,
         Health {
             paused: true,
-            version: 0
+            version: 0,
+            protocol_version: PROTOCOL_VERSION,
+            max_num_seqs: SLOTS,
+            instance: health.instance,
         }
     );
     let mut other = worker.clone();

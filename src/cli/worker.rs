@@ -6,16 +6,22 @@
 //! without a shared token: `--token-file PATH`, else the
 //! `GRPO_WORKER_TOKEN` environment variable. Once listening it prints
 //! `listening on HOST:PORT` on stdout and serves until stopped.
+//!
+//! With `--learner ADDR` it also registers with the learner's registry
+//! (`[rollout] listen` of `grpo run`), saying where it serves (`--advertise
+//! HOST:PORT`, by default the address it listens on), and announces itself
+//! again every few seconds; a learner that refuses it (token, protocol)
+//! stops it with the learner's reason.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_rollout::worker::{DEFAULT_PORT, Token, WorkerServer};
+use grpo_rollout::worker::{DEFAULT_PORT, Token, WorkerServer, announce};
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
@@ -47,6 +53,14 @@ pub struct WorkerArgs {
     /// Parameter and KV-cache dtype: f32 or bf16.
     #[arg(long, default_value = "f32", value_parser = parse_dtype)]
     dtype: ElementType,
+    /// The learner's registry (`host:port` of `[rollout] listen`) to
+    /// register with.
+    #[arg(long)]
+    learner: Option<String>,
+    /// The `host:port` the learner dials to reach this worker; default the
+    /// address it listens on (required with `--host 0.0.0.0`).
+    #[arg(long, requires = "learner")]
+    advertise: Option<String>,
 }
 
 fn parse_dtype(name: &str) -> Result<ElementType, String> {
@@ -74,9 +88,31 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token).await?;
-        println!("listening on {}", server.local_addr());
-        server.serve().await?;
+        let server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token.clone()).await?;
+        let bound = server.local_addr();
+        println!("listening on {bound}");
+        let Some(learner) = &args.learner else {
+            server.serve().await?;
+            return Ok(());
+        };
+        let advertised = match &args.advertise {
+            Some(address) => address.clone(),
+            None if bound.ip().is_unspecified() => {
+                bail!(
+                    "--host {} needs --advertise HOST:PORT: the address the learner dials",
+                    bound.ip()
+                )
+            }
+            None => bound.to_string(),
+        };
+        let announcing = announce(learner, &advertised, &token, |state| match state {
+            Ok(()) => eprintln!("registered with the learner at {learner} as {advertised}"),
+            Err(e) => eprintln!("the learner at {learner} does not answer ({e}); trying again"),
+        });
+        tokio::select! {
+            served = server.serve() => served?,
+            refused = announcing => bail!("the learner at {learner} refused this worker: {refused}"),
+        }
         Ok(())
     })
 }

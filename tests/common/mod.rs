@@ -2,7 +2,7 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use grpo_xla::{Platform, PluginSearch};
@@ -55,4 +55,32 @@ pub fn tiny_model(dir: &std::path::Path) -> PathBuf {
         ]));
     }
     model
+}
+
+/// A run config for a tiny random model in `dir`, with `extra` appended
+/// (later keys of a section are refused by TOML, so `extra` adds tables).
+pub fn tiny_run(dir: &Path, trainer: &str) -> PathBuf {
+    let model = tiny_model(dir);
+    let rows: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"Say {}:\", \"answer\": \"{}\"}}\n", i % 10, i % 10))
+        .collect();
+    std::fs::write(dir.join("data.jsonl"), rows).unwrap();
+    let config = dir.join("config.toml");
+    let text = format!(
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmicro_batch_size = 4\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"regex\"\npattern = \"^ [a-m]\"\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// The JSON lines of `path`.
+pub fn lines(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `grpo ARGS` (real cache folder), which must succeed.
+pub fn run_ok(args: &[&str]) {
+    let out = grpo_installed(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -50,6 +50,26 @@ pub struct Health {
     pub paused: bool,
     /// The policy version serving.
     pub version: u64,
+    /// The protocol version it speaks ([`crate::worker::PROTOCOL_VERSION`]
+    /// for this build; 0 from workers older than the field).
+    pub protocol_version: u32,
+    /// Samples it decodes together (its engine slots).
+    pub max_num_seqs: usize,
+    /// Drawn when the worker started: another one means a restarted worker.
+    pub instance: u64,
+}
+
+/// `endpoint` (`host:port` or a URL) as a tonic endpoint.
+pub(crate) fn parse_endpoint(endpoint: &str) -> Result<Endpoint, WorkerError> {
+    let uri = if endpoint.contains("://") {
+        endpoint.to_string()
+    } else {
+        format!("http://{endpoint}")
+    };
+    Endpoint::from_shared(uri).map_err(|source| WorkerError::Connect {
+        endpoint: endpoint.to_string(),
+        source,
+    })
 }
 
 /// The finished samples of one Generate call, in the order they finish.
@@ -88,23 +108,27 @@ impl WorkerClient {
     /// Connects to the worker at `endpoint` (`host:port`, or a URL such as
     /// `http://host:port`), sending `token` with every call.
     pub async fn connect(endpoint: &str, token: &Token) -> Result<WorkerClient, WorkerError> {
-        let failed = |source| WorkerError::Connect {
-            endpoint: endpoint.to_string(),
-            source,
-        };
-        let uri = if endpoint.contains("://") {
-            endpoint.to_string()
-        } else {
-            format!("http://{endpoint}")
-        };
-        let channel = Endpoint::from_shared(uri)
-            .map_err(failed)?
+        let channel = parse_endpoint(endpoint)?
             .connect()
             .await
-            .map_err(failed)?;
-        Ok(WorkerClient {
+            .map_err(|source| WorkerError::Connect {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
+        Ok(WorkerClient::on(channel, token))
+    }
+
+    /// A client of the worker at `endpoint` that connects on its first call
+    /// (and reconnects after the worker restarts), for workers that may not
+    /// be up yet. Call it within a tokio runtime.
+    pub fn connect_lazy(endpoint: &str, token: &Token) -> Result<WorkerClient, WorkerError> {
+        Ok(WorkerClient::on(parse_endpoint(endpoint)?.connect_lazy(), token))
+    }
+
+    fn on(channel: Channel, token: &Token) -> WorkerClient {
+        WorkerClient {
             inner: RolloutWorkerClient::with_interceptor(channel, AttachToken::new(token)),
-        })
+        }
     }
 
     /// Starts generating `request`'s samples.
@@ -206,6 +230,9 @@ impl WorkerClient {
         Ok(Health {
             paused,
             version: health.version,
+            protocol_version: health.protocol_version,
+            max_num_seqs: health.max_num_seqs as usize,
+            instance: health.instance,
         })
     }
 

@@ -19,8 +19,8 @@ pub enum WorkerError {
         /// Why.
         source: std::io::Error,
     },
-    /// The gRPC server stopped with an error.
-    #[error("the worker's gRPC server failed: {0}")]
+    /// A gRPC server (a worker's, or the learner's registry) stopped with an error.
+    #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
     /// A worker could not be reached.
     #[error("cannot connect to the worker at {endpoint}: {source}")]
@@ -63,6 +63,24 @@ pub enum WorkerError {
         /// The largest allowed ([`crate::worker::MAX_CHUNK_BYTES`]).
         max: usize,
     },
+}
+
+impl WorkerError {
+    /// Whether asking again cannot help: a wrong token, a refused request
+    /// or weight update, a call the worker does not know, a malformed
+    /// answer, a bad chunk size. Connection failures, timeouts and
+    /// unavailable workers are worth retrying.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            WorkerError::Rpc {
+                code: Code::Unauthenticated | Code::InvalidArgument | Code::Unimplemented,
+                ..
+            } | WorkerError::Protocol { .. }
+                | WorkerError::ChunkSize { .. }
+                | WorkerError::Token { .. }
+        )
+    }
 }
 
 impl From<Status> for WorkerError {

@@ -12,6 +12,9 @@
 //! - [`weights`]: the weight-update wire format — f32 or bf16 slices with
 //!   CRC-32 checksums — and the worker's assembly of it, which refuses any
 //!   missing, overlapping or corrupt chunk and keeps the old weights.
+//! - [`RegistryServer`] and [`announce`]: workers started with the
+//!   learner's address register with it (and keep announcing themselves),
+//!   so a fleet grows and heals without a fixed address list.
 //! - [`Token`]: the shared token every call carries
 //!   (`authorization: Bearer <token>`), checked in constant time.
 //! - [`WorkerError`]: what fails beyond the engine's errors; engine errors
@@ -22,6 +25,7 @@ mod auth;
 mod client;
 mod convert;
 mod error;
+mod registry;
 mod server;
 pub mod weights;
 
@@ -30,5 +34,10 @@ pub use client::{Health, PushOptions, RemoteSamples, WorkerClient};
 pub use error::WorkerError;
 /// The generated messages and services of `grpo.rollout.v1`.
 pub use grpo_proto::rollout as proto;
+pub use registry::{Registration, RegistryServer, announce};
 pub use server::{DEFAULT_PORT, WorkerServer};
 pub use weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};
+
+/// The version of the worker protocol this build speaks; a learner refuses
+/// workers speaking another (they report it in Health and Register).
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -23,6 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::engine::Engine;
 use crate::handle::{EngineHandle, SampleStream};
+use crate::worker::PROTOCOL_VERSION;
 use crate::worker::auth::{CheckToken, Token};
 use crate::worker::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
 use crate::worker::error::WorkerError;
@@ -55,6 +56,7 @@ impl WorkerServer {
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
         let service = Service {
+            instance: std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), addr),
             parameters: engine.decoder().parameters().to_vec(),
             handle: EngineHandle::spawn(engine),
             staging: Mutex::new(Staging::Idle),
@@ -108,6 +110,8 @@ impl Staging {
 
 /// The service's state: the engine and the staged weight update.
 struct Service {
+    /// Drawn at start (a random hash): tells a restarted worker from the one before.
+    instance: u64,
     handle: EngineHandle,
     /// The model's parameters, which announced tensors must be.
     parameters: Vec<ParamSpec>,
@@ -270,6 +274,9 @@ impl RolloutWorker for Service {
         Ok(Response::new(proto::HealthResponse {
             status: status.into(),
             version: stats.engine.version,
+            protocol_version: PROTOCOL_VERSION,
+            max_num_seqs: (stats.engine.running + stats.engine.free_slots) as u64,
+            instance: self.instance,
         }))
     }
 

@@ -1,6 +1,8 @@
 //! `grpo run CONFIG`: GRPO fine-tuning — the learner and, by default, the
-//! rollout engine in this process on one device, or rollout workers over
-//! gRPC (`[rollout] workers`); the config's `[[reward]]` tables score.
+//! rollout engine in this process on one device, or a fleet of rollout
+//! workers over gRPC (listed in `[rollout] workers`, or registering at
+//! `[rollout] listen`), with the in-process engine beside them when
+//! `[rollout] in_process` says so; the config's `[[reward]]` tables score.
 //!
 //! Outputs under `OUT` (`[logging] out`): `metrics.jsonl` (one JSON line
 //! per step with TRL's metric names, eval results on their steps),
@@ -20,7 +22,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use grpo_learner::checkpoint::{self, save_model};
 use grpo_learner::config::RunConfig;
-use grpo_learner::fleet::{Fleet, LocalFleet, RemoteFleet};
+use grpo_learner::fleet::{Fleet, LocalFleet, WorkerFleet};
 use grpo_learner::grpo::{EvalReport, GrpoLoop, GrpoParts, Resume};
 use grpo_learner::plot::plot_metrics;
 use grpo_learner::record::RolloutLog;
@@ -118,22 +120,30 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let reference = (grpo.loss.beta > 0.0)
         .then(|| upload_parameters(&client, device, &decoder, model.weights.as_ref(), ElementType::F32))
         .transpose()?;
-    let fleet: Box<dyn Fleet> = if config.rollout.workers.is_empty() {
+    let plan = config.fleet()?;
+    let engine = || -> anyhow::Result<Engine> {
         let engine_config = EngineConfig {
             max_num_seqs: grpo.group_size * grpo.prompts_per_step,
             max_model_len: config.rollout.max_model_len.min(model.config.max_positions),
             dtype: config.engine_dtype()?,
         };
         let weights = upload_parameters(&client, device, &decoder, weights.as_ref(), engine_config.dtype)?;
-        let engine = Engine::new(&client, decoder.clone(), weights, engine_config)?.with_tokenizer(tokenizer.clone());
-        Box::new(LocalFleet::new(engine))
+        Ok(Engine::new(&client, decoder.clone(), weights, engine_config)?.with_tokenizer(tokenizer.clone()))
+    };
+    let fleet: Box<dyn Fleet> = if plan.local_only() {
+        Box::new(LocalFleet::new(engine()?))
     } else {
         let token = Token::from_file_or_env(config.rollout.worker_token_file.as_deref(), "rollout.worker_token_file")?;
-        Box::new(RemoteFleet::connect(
-            &config.rollout.workers,
-            &token,
-            config.push_options()?,
-        )?)
+        let mut fleet = WorkerFleet::new(plan.config)?;
+        fleet.add_workers(&plan.workers, &token)?;
+        if let Some(addr) = plan.listen {
+            let bound = fleet.listen(addr, token)?;
+            eprintln!("taking rollout worker registrations on {bound} (grpo worker --learner {bound})");
+        }
+        if plan.in_process {
+            fleet.add_engine(engine()?);
+        }
+        Box::new(fleet)
     };
     let resume = resume_from
         .as_ref()

@@ -1,0 +1,181 @@
+//! One member of a [`super::WorkerFleet`]: a rollout worker over gRPC or
+//! the in-process engine's async handle, what the fleet knows of it, and
+//! the three things the fleet asks of it (generate a group, take weights,
+//! say how it is), each a future the fleet runs as a task of its own.
+
+use std::time::{Duration, Instant};
+
+use grpo_rollout::engine::InFlight;
+use grpo_rollout::handle::EngineHandle;
+use grpo_rollout::output::Completion;
+use grpo_rollout::request::Request;
+use grpo_rollout::worker::{Health, PROTOCOL_VERSION, PushOptions, WorkerClient, WorkerError};
+use tokio::task::AbortHandle;
+
+use super::Weights;
+
+/// How the fleet reaches a member.
+#[derive(Clone)]
+pub(super) enum Backend {
+    /// A `grpo worker` over gRPC.
+    Remote(WorkerClient),
+    /// The in-process engine on its own thread; weights handed over in memory.
+    Local(EngineHandle),
+}
+
+/// What the fleet knows of a member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum State {
+    /// Not heard from yet: just listed or registered.
+    Unknown,
+    /// Answers, but serves another policy version than the fleet's: it gets
+    /// the current weights before any work.
+    Behind,
+    /// Answers and serves the fleet's version: it takes work.
+    Ready,
+    /// Failed a call or missed a Health deadline; asked again every
+    /// heartbeat, and Behind once it answers.
+    Down(String),
+    /// Refused for good (wrong token, another protocol, another model): never
+    /// asked again.
+    Refused(String),
+}
+
+/// Why a call to a member failed, and whether asking again can help.
+#[derive(Debug, Clone)]
+pub(super) struct Failure {
+    /// What went wrong.
+    pub message: String,
+    /// A refusal that repeats whatever is retried (token, protocol, a
+    /// model the weights do not fit).
+    pub permanent: bool,
+}
+
+impl From<WorkerError> for Failure {
+    fn from(error: WorkerError) -> Failure {
+        Failure {
+            permanent: error.is_refusal(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<grpo_rollout::Error> for Failure {
+    fn from(error: grpo_rollout::Error) -> Failure {
+        // The in-process engine does not come back from a failure.
+        Failure {
+            message: error.to_string(),
+            permanent: true,
+        }
+    }
+}
+
+/// The instance the in-process engine reports: it cannot restart.
+pub(super) const LOCAL_INSTANCE: u64 = 0;
+
+/// A member and its bookkeeping.
+pub(super) struct Member {
+    /// Its address, or `in-process`.
+    pub name: String,
+    pub backend: Backend,
+    pub state: State,
+    /// Samples it decodes together (from its last Health answer).
+    pub slots: usize,
+    /// Samples given to it and not yet returned.
+    pub assigned: usize,
+    /// The process it was, by the instance of its last Health answer.
+    pub instance: Option<u64>,
+    /// The version this fleet last installed on that process (a member is
+    /// ready only on weights the fleet gave it, never on its start-up ones).
+    pub installed: Option<u64>,
+    /// When it is next asked for its health.
+    pub next_ping: Instant,
+    /// The Health call in flight: its ticket and task.
+    pub ping: Option<(u64, AbortHandle)>,
+    /// The weight push in flight: its ticket and task.
+    pub push: Option<(u64, AbortHandle)>,
+}
+
+impl Member {
+    /// A member not heard from yet, asked for its health at once.
+    pub fn new(name: String, backend: Backend) -> Member {
+        Member {
+            name,
+            backend,
+            state: State::Unknown,
+            slots: 1,
+            assigned: 0,
+            instance: None,
+            installed: None,
+            next_ping: Instant::now(),
+            ping: None,
+            push: None,
+        }
+    }
+
+    /// Whether it takes work now.
+    pub fn ready(&self) -> bool {
+        self.state == State::Ready
+    }
+
+    /// How full it would be with `samples` more, as a fraction of its slots.
+    pub fn load_with(&self, samples: usize) -> f64 {
+        (self.assigned + samples) as f64 / self.slots.max(1) as f64
+    }
+}
+
+/// The samples of `request`, all of them or the failure.
+pub(super) async fn generate(backend: Backend, request: Request) -> Result<Vec<Completion>, Failure> {
+    match backend {
+        Backend::Remote(mut client) => Ok(client.generate(&request).await?.all().await?),
+        Backend::Local(handle) => Ok(handle.generate(request).await?.finished().await?),
+    }
+}
+
+/// Installs `weights` as `version` on the member.
+pub(super) async fn push(
+    backend: Backend,
+    version: u64,
+    weights: Weights,
+    options: PushOptions,
+) -> Result<(), Failure> {
+    match backend {
+        Backend::Remote(mut client) => Ok(client.push_weights(version, &weights, &options).await?),
+        Backend::Local(handle) => Ok(handle.update_weights(version, weights, InFlight::Keep).await?),
+    }
+}
+
+/// The member's health, or a failure when it does not answer within
+/// `deadline` or speaks another protocol.
+pub(super) async fn ping(backend: Backend, deadline: Duration) -> Result<Health, Failure> {
+    let health = async {
+        match backend {
+            Backend::Remote(mut client) => Ok::<_, Failure>(client.health().await?),
+            Backend::Local(handle) => {
+                let stats = handle.stats().await?;
+                Ok(Health {
+                    paused: stats.paused,
+                    version: stats.engine.version,
+                    protocol_version: PROTOCOL_VERSION,
+                    max_num_seqs: stats.engine.running + stats.engine.free_slots,
+                    instance: LOCAL_INSTANCE,
+                })
+            }
+        }
+    };
+    let health = tokio::time::timeout(deadline, health).await.map_err(|_| Failure {
+        message: format!("no answer to Health within {:.1} s", deadline.as_secs_f64()),
+        permanent: false,
+    })??;
+    if health.protocol_version != PROTOCOL_VERSION {
+        return Err(Failure {
+            message: format!(
+                "it speaks worker protocol version {}, this learner speaks {PROTOCOL_VERSION}: \
+                 run the same grpo release on both",
+                health.protocol_version
+            ),
+            permanent: true,
+        });
+    }
+    Ok(health)
+}

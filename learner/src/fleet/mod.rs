@@ -1,0 +1,103 @@
+//! Where the loop's rollouts come from, and how new weights reach them:
+//!
+//! - [`LocalFleet`]: the in-process engine on the learner's device. New
+//!   weights are handed over in memory ([`Engine::update_weights`]): the
+//!   documented fast path, with nothing serialized.
+//! - [`WorkerFleet`]: rollout workers (`grpo worker`) over gRPC — listed in
+//!   the config, or announcing themselves to the learner's registry — and
+//!   optionally the in-process engine beside them. Groups go to the member
+//!   with the most free room; a worker that dies or stalls is found by its
+//!   missed Health calls, its groups go to the others (each group's samples
+//!   are taken from exactly one attempt), and a worker that comes back gets
+//!   the current weights before it gets work (see [`pool`]).
+//!
+//! Both report the bytes moved, so the loop logs the weight-sync rate.
+
+mod member;
+mod pool;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use grpo_model::weights::HostTensor;
+use grpo_rollout::engine::{Engine, InFlight};
+use grpo_rollout::output::Completion;
+use grpo_rollout::request::Request;
+use grpo_xla::Buffer;
+
+use crate::error::Result;
+
+pub use pool::{FleetConfig, WorkerFleet};
+
+/// A policy's named tensors (Hugging Face names), shared rather than copied
+/// between the learner, the fleet and its members.
+pub type Weights = Arc<[(String, HostTensor)]>;
+
+/// What one weight sync moved.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyncReport {
+    /// Bytes of tensor values sent (over all workers).
+    pub bytes: u64,
+    /// Seconds it took.
+    pub seconds: f64,
+}
+
+impl SyncReport {
+    /// The rate in GB/s (10⁹ bytes).
+    pub fn gb_per_second(&self) -> f64 {
+        self.bytes as f64 / self.seconds.max(1e-9) / 1e9
+    }
+}
+
+/// A set of rollout engines the loop generates with (movable to the
+/// rollout thread of [`crate::rollouts`]).
+pub trait Fleet: Send {
+    /// The completions of every request, in request order (each request's
+    /// samples by index).
+    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>>;
+
+    /// Installs `tensors` as policy `version` everywhere.
+    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport>;
+
+    /// Marks the weights the fleet was built with as policy `version`
+    /// (a resumed run's engine holds its checkpoint's weights). Workers,
+    /// whose weights the learner does not know, get `params` (named device
+    /// buffers) pushed; the in-process engine needs no copy of them.
+    fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()>;
+}
+
+/// Bytes of `tensors` as f32 values.
+fn f32_bytes(tensors: &[(String, HostTensor)]) -> u64 {
+    tensors.iter().map(|(_, t)| t.data.len() as u64 * 4).sum()
+}
+
+/// The in-process engine.
+pub struct LocalFleet {
+    engine: Engine,
+}
+
+impl LocalFleet {
+    /// A fleet of `engine` alone.
+    pub fn new(engine: Engine) -> LocalFleet {
+        LocalFleet { engine }
+    }
+}
+
+impl Fleet for LocalFleet {
+    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>> {
+        Ok(self.engine.generate(requests)?)
+    }
+
+    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
+        let started = Instant::now();
+        self.engine.update_weights(version, &tensors, InFlight::Keep)?;
+        Ok(SyncReport {
+            bytes: f32_bytes(&tensors),
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {
+        Ok(self.engine.update_weights(version, &[], InFlight::Keep)?)
+    }
+}

@@ -1,0 +1,416 @@
+//! `grpo run` on a fleet of `grpo worker` processes (tiny random model):
+//! weights pushed to workers train exactly as in process; a refused token
+//! and a fleet with no worker left stop the run naming the worker; a
+//! worker killed with SIGKILL, stalled with SIGSTOP or restarted costs
+//! nothing but time — its groups go to the others, every (step, group,
+//! sample) is logged exactly once, and a worker that comes back gets the
+//! current weights before it gets work.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{lines, run_ok, tiny_model, tiny_run};
+use grpo_learner::record::{RolloutRow, read_rollouts};
+
+/// A `grpo worker` serving `model` on a free port, killed on drop.
+struct Worker {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Worker {
+    fn start(model: &Path, token: &str) -> Worker {
+        Worker::start_with(model, token, &["--port", "0"])
+    }
+
+    /// With `args` after the model and the engine's size.
+    fn start_with(model: &Path, token: &str, args: &[&str]) -> Worker {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
+            .args(["worker", "--model", model.to_str().unwrap()])
+            .args(["--max-num-seqs", "4", "--max-model-len", "32"])
+            .args(args)
+            .env("GRPO_WORKER_TOKEN", token)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .expect("the worker's address")
+            .to_string();
+        Worker { child, addr }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the worker process.
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Kills it with SIGKILL and waits for it.
+    fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
+    let trainer = "max_steps = 3\neval_every = 0\n\n[checkpoint]\nevery = 3";
+    let local = tempfile::tempdir().unwrap();
+    run_ok(&["run", tiny_run(local.path(), trainer).to_str().unwrap()]);
+
+    let remote = tempfile::tempdir().unwrap();
+    let config = tiny_run(remote.path(), trainer);
+    let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
+    let workers = format!("rollout.workers=[\"{}\"]", worker.addr);
+    let out = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config.to_str().unwrap(), "--set", &workers])
+        .env("GRPO_WORKER_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let rows = read_rollouts(&remote.path().join("out/rollouts.parquet")).unwrap();
+    assert!(
+        rows.iter().all(|r| r.policy_version == r.step - 1),
+        "every step sampled with the version pushed after the step before"
+    );
+    for line in lines(&remote.path().join("out/metrics.jsonl")) {
+        assert!(line["weight_sync_gb_per_s"].as_f64().unwrap() > 0.0, "{line}");
+    }
+    let params = |dir: &Path| std::fs::read(dir.join("out/checkpoint-3/model.safetensors")).unwrap();
+    assert!(
+        params(local.path()) == params(remote.path()),
+        "f32 weights over gRPC train exactly as the in-process engine"
+    );
+
+    let other = remote.path().join("other");
+    let wrong = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config.to_str().unwrap(), "--set", &workers])
+        .args(["--out", other.to_str().unwrap()])
+        .env("GRPO_WORKER_TOKEN", "wrong")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        !wrong.status.success() && err.contains(&worker.addr),
+        "a refused token names the worker: {err}"
+    );
+}
+
+/// A `grpo run` in the background, its stderr kept in `dir/run.log`.
+struct Run {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    metrics: std::path::PathBuf,
+}
+
+impl Run {
+    fn start(config: &Path, sets: &[String]) -> Run {
+        let dir = config.parent().unwrap();
+        let log = dir.join("run.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_grpo"));
+        command.args(["run", config.to_str().unwrap()]);
+        for set in sets {
+            command.args(["--set", set]);
+        }
+        let child = command
+            .env("GRPO_WORKER_TOKEN", "s3cret")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Run {
+            child,
+            log,
+            metrics: dir.join("out/metrics.jsonl"),
+        }
+    }
+
+    /// Waits until `steps` steps are logged (the run must still be going).
+    fn wait_for_steps(&mut self, steps: usize) {
+        let started = Instant::now();
+        while std::fs::read_to_string(&self.metrics).map_or(0, |m| m.lines().count()) < steps {
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "the run ended early: {}",
+                self.log()
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "no {steps} steps in 5 minutes: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the run to end (at most `limit`), returning whether it succeeded.
+    fn finish(&mut self, limit: Duration) -> bool {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.success();
+            }
+            if started.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("the run hung: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every (step, group, sample) of `steps` steps of `groups` × `samples`, each once.
+fn assert_each_sample_once(rows: &[RolloutRow], steps: u64, groups: u32, samples: u32) {
+    let mut seen: Vec<(u64, u32, u32)> = rows.iter().map(|r| (r.step, r.group, r.sample)).collect();
+    seen.sort_unstable();
+    let expected: Vec<(u64, u32, u32)> = (1..=steps)
+        .flat_map(|step| (0..groups).flat_map(move |g| (0..samples).map(move |s| (step, g, s))))
+        .collect();
+    assert_eq!(seen, expected, "each sample of each step logged exactly once");
+}
+
+/// A port free on loopback now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_run_whose_only_worker_died_waits_then_stops_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 200\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let mut worker = Worker::start(&dir.path().join("tiny"), "s3cret");
+    let sets = [
+        format!("rollout.workers=[\"{}\"]", worker.addr),
+        "rollout.worker_wait_s=3".to_string(),
+    ];
+    let mut run = Run::start(&config, &sets);
+    run.wait_for_steps(2);
+    worker.kill();
+    assert!(
+        !run.finish(Duration::from_secs(120)),
+        "the run cannot go on without its only worker"
+    );
+    let log = run.log();
+    assert!(
+        log.contains("waiting for a rollout worker") && log.contains("no rollout worker is ready"),
+        "a status line, then the error: {log}"
+    );
+    let error = log.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(
+        error.contains(&worker.addr) && error.contains("down"),
+        "the error names the worker: {error}"
+    );
+}
+
+#[test]
+fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
+    use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
+    use grpo_rollout::request::{Request, SamplingParams};
+    use grpo_rollout::worker::Token;
+
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut worker = Worker::start(&model, "s3cret");
+    let token = Token::new("s3cret").unwrap();
+    let mut fleet = WorkerFleet::new(FleetConfig {
+        heartbeat: Duration::from_millis(200),
+        ..FleetConfig::default()
+    })
+    .unwrap();
+    fleet.add_workers(std::slice::from_ref(&worker.addr), &token).unwrap();
+
+    let plugin = grpo_xla::Plugin::find(grpo_xla::Platform::Cpu).unwrap();
+    let client = grpo_xla::Client::new(&plugin, grpo_xla::ClientOptions::default()).unwrap();
+    let pretrained = grpo_model::pretrained::Pretrained::open(model.to_str().unwrap()).unwrap();
+    let decoder = grpo_model::decoder::Decoder::new(pretrained.config.clone());
+    let device = client.device(0).unwrap().clone();
+    let weights = pretrained.weights.as_ref();
+    let buffers =
+        grpo_model::load::upload_parameters(&client, &device, &decoder, weights, grpo_xla::ElementType::F32).unwrap();
+    let named: Vec<(&str, &grpo_xla::Buffer)> = decoder
+        .parameters()
+        .iter()
+        .map(|p| p.name.as_str())
+        .zip(&buffers)
+        .collect();
+    fleet.start_at(3, &named).unwrap();
+
+    let request = Request {
+        prompt: vec![1, 2, 3],
+        params: SamplingParams {
+            n: 2,
+            max_tokens: 4,
+            seed: 7,
+            ..SamplingParams::default()
+        },
+    };
+    let versions = |groups: &[Vec<grpo_rollout::output::Completion>]| -> Vec<u64> {
+        groups.iter().flatten().flat_map(|c| c.versions.clone()).collect()
+    };
+    let before = fleet.generate(std::slice::from_ref(&request)).unwrap();
+    assert!(
+        !versions(&before).is_empty() && versions(&before).iter().all(|&v| v == 3),
+        "the pushed version serves"
+    );
+
+    let port = worker.addr.rsplit(':').next().unwrap().to_string();
+    worker.kill();
+    let _restarted = Worker::start_with(&model, "s3cret", &["--port", &port]);
+    let after = fleet.generate(std::slice::from_ref(&request)).unwrap();
+    assert!(
+        versions(&after).iter().all(|&v| v == 3),
+        "the restarted worker served the fleet's version: {:?}",
+        versions(&after)
+    );
+    let tokens = |groups: &[Vec<grpo_rollout::output::Completion>]| -> Vec<Vec<u32>> {
+        groups.iter().flatten().map(|c| c.tokens.clone()).collect()
+    };
+    assert_eq!(
+        tokens(&after),
+        tokens(&before),
+        "on the pushed weights (not its start-up ones) it samples what it sampled before"
+    );
+}
+
+#[test]
+fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let config = tiny_run(dir.path(), "max_steps = 14\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let registry = format!("127.0.0.1:{}", free_port());
+    let sets = [
+        format!("rollout.listen=\"{registry}\""),
+        "rollout.in_process=false".to_string(),
+        "rollout.prompts_per_step=4".to_string(),
+        "rollout.heartbeat_s=0.2".to_string(),
+        "rollout.worker_timeout_s=5".to_string(),
+    ];
+    let mut run = Run::start(&config, &sets);
+    let join = ["--port", "0", "--learner", registry.as_str()];
+    let mut first = Worker::start_with(&model, "s3cret", &join);
+    let second = Worker::start_with(&model, "s3cret", &join);
+    run.wait_for_steps(3);
+    first.kill();
+    run.wait_for_steps(6);
+    let third = Worker::start_with(&model, "s3cret", &join);
+    assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
+
+    let log = run.log();
+    assert!(log.contains(&format!("rollout worker {} is down", first.addr)), "{log}");
+    for worker in [&first, &second, &third] {
+        assert!(
+            log.contains(&format!("rollout worker {} registered", worker.addr)),
+            "{log}"
+        );
+    }
+    let rejoined = format!("rollout worker {} answers", third.addr);
+    assert!(log.contains(&rejoined), "{log}");
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert_each_sample_once(&rows, 14, 4, 2);
+    assert!(
+        rows.iter().all(|r| r.policy_version == r.step - 1),
+        "every sample from the version pushed after the step before"
+    );
+}
+
+#[test]
+fn a_stalled_worker_is_declared_down_and_its_late_samples_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let config = tiny_run(dir.path(), "max_steps = 12\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let stalled = Worker::start(&model, "s3cret");
+    let healthy = Worker::start(&model, "s3cret");
+    let sets = [
+        format!("rollout.workers=[\"{}\", \"{}\"]", stalled.addr, healthy.addr),
+        "rollout.prompts_per_step=4".to_string(),
+        "rollout.heartbeat_s=0.2".to_string(),
+        "rollout.worker_timeout_s=2".to_string(),
+    ];
+    let mut run = Run::start(&config, &sets);
+    run.wait_for_steps(2);
+    stalled.signal("STOP");
+    run.wait_for_steps(5);
+    stalled.signal("CONT");
+    assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
+
+    let log = run.log();
+    let down = format!("rollout worker {} is down: no answer to Health", stalled.addr);
+    assert!(log.contains(&down), "{log}");
+    let back = format!("rollout worker {} answers", stalled.addr);
+    assert!(log.contains(&back), "after SIGCONT it answers again: {log}");
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert_each_sample_once(&rows, 12, 4, 2);
+    assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
+}
+
+#[test]
+fn the_in_process_engine_keeps_the_run_going_while_workers_come_and_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let config = tiny_run(dir.path(), "max_steps = 10\neval_every = 5\n\n[checkpoint]\nevery = 0");
+    let registry = format!("127.0.0.1:{}", free_port());
+    let sets = [
+        format!("rollout.listen=\"{registry}\""),
+        "rollout.in_process=true".to_string(),
+        "rollout.prompts_per_step=4".to_string(),
+        "rollout.heartbeat_s=0.2".to_string(),
+    ];
+    let mut run = Run::start(&config, &sets);
+    run.wait_for_steps(3);
+    let mut worker = Worker::start_with(&model, "s3cret", &["--port", "0", "--learner", registry.as_str()]);
+    run.wait_for_steps(6);
+    worker.kill();
+    assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
+
+    let log = run.log();
+    assert!(log.contains("rollout worker in-process answers"), "{log}");
+    assert!(
+        log.contains(&format!("rollout worker {} registered", worker.addr)),
+        "{log}"
+    );
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert_each_sample_once(&rows, 10, 4, 2);
+    assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
+    let evals = lines(&dir.path().join("out/metrics.jsonl"))
+        .iter()
+        .filter(|l| l.get("eval_accuracy").is_some())
+        .count();
+    assert_eq!(evals, 3, "evaluations run on the fleet too");
+}

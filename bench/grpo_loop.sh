@@ -113,7 +113,8 @@ grpo_round() {
         --set trainer.eval_every="$eval_every" --set checkpoint.every=0 \
         --set rollout.prompts_per_step="$PROMPTS" --set rollout.group_size="$SAMPLES" \
         --set rollout.max_completion_tokens="$MAX_TOKENS" --set data.eval_size="$EVAL_SIZE" \
-        --set optimizer.lr=1e-5 --set algorithm.loss_type='"dapo"' --set algorithm.num_iterations=1 \
+        --set optimizer.lr=1e-5 --set optimizer.warmup_steps=0 --set algorithm.loss_type='"dapo"' \
+        --set algorithm.num_iterations=1 \
         --set algorithm.dynamic_sampling=false --set rollout.temperature=1.0 \
         --set trainer.compute_dtype="\"$dtype\"" --set rollout.dtype="\"$dtype\"" >&2
     "$PY" - "$out/metrics.jsonl" "$round" "$system" <<'PYTHON'

@@ -1,6 +1,6 @@
 """Offline checks of deploy/: the Kubernetes manifests against the official
 schemas (kubernetes-validate, strict), their cross-references (names, ports,
-worker addresses, token and config paths), the learner's config against
+the workers' registration with the learner, token and config paths), the learner's config against
 examples/reference.toml, every `grpo` flag against the binary's `--help`
 (GRPO_BIN), and the Dockerfile's COPY sources and setup.
 
@@ -69,6 +69,26 @@ def names(kind):
     return {d["metadata"]["name"] for _, d in MANIFESTS if d["kind"] == kind}
 
 
+WORKLOAD_KINDS = ("StatefulSet", "Deployment")
+
+
+def workloads():
+    """Every StatefulSet and Deployment."""
+    return [d for _, d in MANIFESTS if d["kind"] in WORKLOAD_KINDS]
+
+
+def workload(name):
+    """The one StatefulSet or Deployment called `name`."""
+    found = [d for d in workloads() if d["metadata"]["name"] == name]
+    if len(found) != 1:
+        raise AssertionError(f"deploy/k8s: expected one StatefulSet or Deployment `{name}`, found {len(found)}")
+    return found[0]
+
+
+def what(workload):
+    return f"{workload['kind']} {workload['metadata']['name']}"
+
+
 def pod_spec(sts):
     return sts["spec"]["template"]["spec"]
 
@@ -76,15 +96,15 @@ def pod_spec(sts):
 def container(sts):
     containers = pod_spec(sts)["containers"]
     if len(containers) != 1:
-        raise AssertionError(f"StatefulSet {sts['metadata']['name']}: expected one container")
+        raise AssertionError(f"{what(sts)}: expected one container")
     return containers[0]
 
 
 def mount_of(sts, volume_name):
-    """The mount path of `volume_name` in the StatefulSet's container."""
+    """The mount path of `volume_name` in the workload's container."""
     mounts = [m for m in container(sts).get("volumeMounts", []) if m["name"] == volume_name]
     if len(mounts) != 1:
-        raise AssertionError(f"StatefulSet {sts['metadata']['name']}: expected one mount of volume `{volume_name}`")
+        raise AssertionError(f"{what(sts)}: expected one mount of volume `{volume_name}`")
     return mounts[0]["mountPath"]
 
 
@@ -92,7 +112,7 @@ def volume_from(sts, kind):
     """(volume name, volume) of the one volume of `kind` (secret, configMap)."""
     volumes = [v for v in pod_spec(sts).get("volumes", []) if kind in v]
     if len(volumes) != 1:
-        raise AssertionError(f"StatefulSet {sts['metadata']['name']}: expected one {kind} volume")
+        raise AssertionError(f"{what(sts)}: expected one {kind} volume")
     return volumes[0]["name"], volumes[0][kind]
 
 
@@ -176,15 +196,13 @@ def container_grpo_commands(sts, entrypoint):
     if command is None:
         command = entrypoint
         if command != ["grpo"]:
-            raise AssertionError(
-                f"StatefulSet {sts['metadata']['name']}: the image's ENTRYPOINT is {command}, not grpo"
-            )
+            raise AssertionError(f"{what(sts)}: the image's ENTRYPOINT is {command}, not grpo")
     argv = command + args
     if argv[0] in ("bash", "sh") and "-c" in argv:
         return shell_grpo_commands(argv[argv.index("-c") + 1])
     if argv[0] == "grpo":
         return [argv[1:]]
-    raise AssertionError(f"StatefulSet {sts['metadata']['name']}: runs {argv[0]}, neither grpo nor a shell")
+    raise AssertionError(f"{what(sts)}: runs {argv[0]}, neither grpo nor a shell")
 
 
 def help_flags(grpo, subcommand):
@@ -323,12 +341,7 @@ class Manifests(unittest.TestCase):
             files - NOT_IN_KUSTOMIZATION,
             "deploy/k8s/kustomization.yaml: resources must be every manifest but secret.yaml",
         )
-        images = {
-            c["image"].split(":")[0]
-            for _, d in MANIFESTS
-            if d["kind"] == "StatefulSet"
-            for c in pod_spec(d)["containers"]
-        }
+        images = {c["image"].split(":")[0] for d in workloads() for c in pod_spec(d)["containers"]}
         self.assertEqual(images, {"grpo"}, "deploy/k8s: every container runs the grpo image")
         self.assertIn(
             "grpo",
@@ -338,108 +351,109 @@ class Manifests(unittest.TestCase):
 
     def test_references_between_resources_exist(self):
         services, secrets, config_maps = names("Service"), names("Secret"), names("ConfigMap")
-        for _, sts in MANIFESTS:
-            if sts["kind"] != "StatefulSet":
-                continue
-            name = sts["metadata"]["name"]
+        for sts in workloads():
+            name = what(sts)
             labels = sts["spec"]["template"]["metadata"]["labels"]
-            self.assertEqual(
-                sts["spec"]["selector"]["matchLabels"], labels, f"StatefulSet {name}: selector != pod labels"
-            )
-            service = sts["spec"].get("serviceName")
-            self.assertIn(service, services, f"StatefulSet {name}: serviceName `{service}` is no Service in deploy/k8s")
-            svc = resource("Service", service)
-            self.assertEqual(
-                svc["spec"].get("clusterIP"), "None", f"Service {service} must be headless (clusterIP: None)"
-            )
-            self.assertEqual(
-                svc["spec"]["selector"], labels, f"Service {service}: selector != StatefulSet {name}'s pod labels"
-            )
+            self.assertEqual(sts["spec"]["selector"]["matchLabels"], labels, f"{name}: selector != pod labels")
+            if sts["kind"] == "StatefulSet":
+                service = sts["spec"].get("serviceName")
+                self.assertIn(service, services, f"{name}: serviceName `{service}` is no Service in deploy/k8s")
+                svc = resource("Service", service)
+                self.assertEqual(
+                    svc["spec"].get("clusterIP"), "None", f"Service {service} must be headless (clusterIP: None)"
+                )
+                self.assertEqual(svc["spec"]["selector"], labels, f"Service {service}: selector != {name}'s pod labels")
             spec = pod_spec(sts)
             volumes = {v["name"] for v in spec.get("volumes", [])}
             claims = {t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])}
             for mount in container(sts).get("volumeMounts", []):
-                self.assertIn(
-                    mount["name"], volumes | claims, f"StatefulSet {name}: mount `{mount['name']}` has no volume"
-                )
+                self.assertIn(mount["name"], volumes | claims, f"{name}: mount `{mount['name']}` has no volume")
             for volume in spec.get("volumes", []):
                 if "secret" in volume:
                     secret = volume["secret"]["secretName"]
-                    self.assertIn(secret, secrets, f"StatefulSet {name}: Secret `{secret}` is not in deploy/k8s")
+                    self.assertIn(secret, secrets, f"{name}: Secret `{secret}` is not in deploy/k8s")
                 if "configMap" in volume:
                     cm = volume["configMap"]["name"]
-                    self.assertIn(cm, config_maps, f"StatefulSet {name}: ConfigMap `{cm}` is not in deploy/k8s")
+                    self.assertIn(cm, config_maps, f"{name}: ConfigMap `{cm}` is not in deploy/k8s")
             user = spec.get("securityContext", {}).get("runAsUser")
-            self.assertEqual(user, dockerfile_uid(), f"StatefulSet {name}: runAsUser is not the Dockerfile's USER")
+            self.assertEqual(user, dockerfile_uid(), f"{name}: runAsUser is not the Dockerfile's USER")
 
     def test_worker_ports_match(self):
-        sts, svc = resource("StatefulSet", WORKER), resource("Service", WORKER)
-        c = container(sts)
+        worker = workload(WORKER)
+        c = container(worker)
         argv = c["args"]
-        self.assertEqual(argv[0], "worker", f"StatefulSet {WORKER}: args must start with the subcommand `worker`")
-        port = int(flag_value(argv, "--port", f"StatefulSet {WORKER}"))
-        self.assertEqual(
-            flag_value(argv, "--host", f"StatefulSet {WORKER}"),
-            "0.0.0.0",
-            f"StatefulSet {WORKER}: --host must be 0.0.0.0",
-        )
+        where = what(worker)
+        self.assertEqual(argv[0], "worker", f"{where}: args must start with the subcommand `worker`")
+        port = int(flag_value(argv, "--port", where))
+        self.assertEqual(flag_value(argv, "--host", where), "0.0.0.0", f"{where}: --host must be 0.0.0.0")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        self.assertIn(port, ports.values(), f"StatefulSet {WORKER}: --port {port} is no containerPort {ports}")
-        for p in svc["spec"]["ports"]:
-            self.assertEqual(p["port"], port, f"Service {WORKER}: port {p['port']} != the workers' --port {port}")
-            target = p.get("targetPort", p["port"])
-            self.assertEqual(
-                ports.get(target, target), port, f"Service {WORKER}: targetPort {target} is not --port {port}"
-            )
+        self.assertIn(port, ports.values(), f"{where}: --port {port} is no containerPort {ports}")
         probe = c["readinessProbe"]["tcpSocket"]["port"]
-        self.assertEqual(
-            ports.get(probe, probe), port, f"StatefulSet {WORKER}: the readiness probe checks {probe}, not --port"
-        )
+        self.assertEqual(ports.get(probe, probe), port, f"{where}: the readiness probe checks {probe}, not --port")
+        # The learner dials the address a worker advertises: its pod IP, on --port.
+        env = {e["name"]: e for e in c.get("env", [])}
+        advertised = flag_value(argv, "--advertise", where)
+        m = re.fullmatch(r"\$\((\w+)\):(\d+)", advertised)
+        self.assertTrue(m, f"{where}: --advertise {advertised} is not $(VAR):PORT")
+        self.assertEqual(int(m.group(2)), port, f"{where}: --advertise {advertised} is not on --port {port}")
+        field = env.get(m.group(1), {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        self.assertEqual(field, "status.podIP", f"{where}: ${m.group(1)} must be the pod IP (downward API)")
 
-    def test_config_lists_every_worker_pod(self):
-        sts = resource("StatefulSet", WORKER)
-        port = int(flag_value(container(sts)["args"], "--port", f"StatefulSet {WORKER}"))
-        service = sts["spec"]["serviceName"]
-        expected = [f"{WORKER}-{i}.{service}:{port}" for i in range(sts["spec"]["replicas"])]
-        workers = learner_config().get("rollout", {}).get("workers")
+    def test_workers_register_with_the_learner(self):
+        rollout = learner_config().get("rollout", {})
+        self.assertNotIn("workers", rollout, "learner-configmap.yaml: the workers register; list no addresses")
+        self.assertIs(rollout.get("in_process"), False, "learner-configmap.yaml: generate on the workers only")
+        listen = rollout.get("listen", "")
+        m = re.fullmatch(r"0\.0\.0\.0:(\d+)", listen)
+        self.assertTrue(m, f"learner-configmap.yaml: [rollout] listen {listen!r} must be 0.0.0.0:PORT")
+        port = int(m.group(1))
+        learner = workload(LEARNER)
+        ports = {p["name"]: p["containerPort"] for p in container(learner).get("ports", [])}
+        self.assertIn(port, ports.values(), f"{what(learner)}: [rollout] listen port {port} is no containerPort")
+        service = learner["spec"]["serviceName"]
+        svc_ports = resource("Service", service)["spec"].get("ports", [])
+        self.assertTrue(
+            any(p["port"] == port and ports.get(p.get("targetPort"), p.get("targetPort")) == port for p in svc_ports),
+            f"Service {service}: no port {port} to the learner's registry",
+        )
+        worker = workload(WORKER)
+        expected = f"{LEARNER}-0.{service}:{port}"
         self.assertEqual(
-            workers,
+            flag_value(container(worker)["args"], "--learner", what(worker)),
             expected,
-            f"learner-configmap.yaml: [rollout] workers must name each of the {sts['spec']['replicas']} "
-            f"{WORKER} pods (replicas in worker-statefulset.yaml) through Service {service} on port {port}",
+            f"{what(worker)}: --learner must name the learner pod through Service {service} on [rollout] listen's port",
         )
 
     def test_token_files_are_the_mounted_secret(self):
         secret = resource("Secret", f"{WORKER}-token")
         keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
         for sts_name in (WORKER, LEARNER):
-            sts = resource("StatefulSet", sts_name)
+            sts = workload(sts_name)
             volume, source = volume_from(sts, "secret")
-            self.assertEqual(
-                source["secretName"], secret["metadata"]["name"], f"StatefulSet {sts_name}: wrong token Secret"
-            )
+            self.assertEqual(source["secretName"], secret["metadata"]["name"], f"{what(sts)}: wrong token Secret")
             files = {f"{mount_of(sts, volume)}/{key}" for key in keys}
             if sts_name == WORKER:
-                token_file = flag_value(container(sts)["args"], "--token-file", f"StatefulSet {WORKER}")
-                where = f"StatefulSet {WORKER}: --token-file"
+                token_file = flag_value(container(sts)["args"], "--token-file", what(sts))
+                where = f"{what(sts)}: --token-file"
             else:
                 token_file = learner_config()["rollout"].get("worker_token_file")
                 where = "learner-configmap.yaml: [rollout] worker_token_file"
             self.assertIn(token_file, files, f"{where} {token_file} is not the mounted Secret's file {files}")
 
     def test_worker_sequences_fit_the_learner(self):
-        argv = container(resource("StatefulSet", WORKER))["args"]
-        worker_len = int(flag_value(argv, "--max-model-len", f"StatefulSet {WORKER}"))
+        worker = workload(WORKER)
+        argv = container(worker)["args"]
+        worker_len = int(flag_value(argv, "--max-model-len", what(worker)))
         learner_len = learner_config()["rollout"]["max_model_len"]
         self.assertLessEqual(
             worker_len,
             learner_len,
-            f"StatefulSet {WORKER}: --max-model-len {worker_len} exceeds [rollout] max_model_len {learner_len}; "
+            f"{what(worker)}: --max-model-len {worker_len} exceeds [rollout] max_model_len {learner_len}; "
             "the learner refuses longer sequences",
         )
 
     def test_learner_command_runs_the_config_into_its_volume(self):
-        sts = resource("StatefulSet", LEARNER)
+        sts = workload(LEARNER)
         self.assertEqual(sts["spec"]["replicas"], 1, f"StatefulSet {LEARNER}: one learner")
         runs = [argv for argv in container_grpo_commands(sts, image_entrypoint()) if argv and argv[0] == "run"]
         self.assertEqual(len(runs), 1, f"StatefulSet {LEARNER}: expected one `grpo run`, found {runs}")
@@ -580,14 +594,11 @@ class Dockerfile(unittest.TestCase):
         self.assertTrue(m, "deploy/Dockerfile: GRPO_CACHE_DIR must be set before `grpo setup`")
         self.assertEqual(image_entrypoint(), ["grpo"], 'deploy/Dockerfile: ENTRYPOINT must be ["grpo"]')
         # The pods' compile-cache volumes sit at <cache>/compiled, where grpo writes it.
-        for _, sts in MANIFESTS:
-            if sts["kind"] == "StatefulSet":
-                path = mount_of(sts, "compiled")
-                self.assertEqual(
-                    path,
-                    f"{m.group(1)}/compiled",
-                    f"StatefulSet {sts['metadata']['name']}: compile cache not at GRPO_CACHE_DIR/compiled",
-                )
+        for sts in workloads():
+            path = mount_of(sts, "compiled")
+            self.assertEqual(
+                path, f"{m.group(1)}/compiled", f"{what(sts)}: compile cache not at GRPO_CACHE_DIR/compiled"
+            )
 
 
 @unittest.skipUnless(
@@ -601,7 +612,7 @@ class Flags(unittest.TestCase):
         commands = []
         entrypoint = image_entrypoint()
         for file, doc in MANIFESTS:
-            if doc["kind"] == "StatefulSet":
+            if doc["kind"] in WORKLOAD_KINDS:
                 commands += [(f"deploy/k8s/{file}", argv) for argv in container_grpo_commands(doc, entrypoint)]
         for stage in dockerfile_stages():
             for word, rest in stage["instructions"]:

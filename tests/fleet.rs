@@ -414,3 +414,30 @@ fn the_in_process_engine_keeps_the_run_going_while_workers_come_and_go() {
         .count();
     assert_eq!(evals, 3, "evaluations run on the fleet too");
 }
+
+#[test]
+fn in_process_engines_on_two_devices_share_the_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 4\neval_every = 4\n\n[checkpoint]\nevery = 0");
+    let config = config.to_str().unwrap();
+    let too_many = common::grpo_installed(&["run", config, "--set", "rollout.engines=2"]);
+    let err = String::from_utf8_lossy(&too_many.stderr);
+    assert!(
+        !too_many.status.success() && err.contains("--cpu-devices 2"),
+        "one device for two engines: {err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config, "--cpu-devices", "2", "--set", "rollout.engines=2"])
+        .args(["--set", "rollout.prompts_per_step=4"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    for device in [0, 1] {
+        let answered = format!("rollout worker in-process (device {device}) answers");
+        assert!(log.contains(&answered), "{log}");
+    }
+    let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
+    assert_each_sample_once(&rows, 4, 4, 2);
+    assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
+}

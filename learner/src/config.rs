@@ -136,9 +136,12 @@ pub struct RolloutSection {
     /// started with `grpo worker --learner`; port 0 picks a free one.
     /// Default none.
     pub listen: Option<String>,
-    /// Whether the in-process engine generates too. Default: only when no
+    /// Whether the in-process engines generate too. Default: only when no
     /// `workers` and no `listen` are given.
     pub in_process: Option<bool>,
+    /// In-process engines, one per device of the learner's client (the
+    /// first N; on CPU `grpo run --cpu-devices N` makes N). Default 1.
+    pub engines: usize,
     /// A file holding the workers' shared token; without it the token comes
     /// from `GRPO_WORKER_TOKEN`. Relative to the config file.
     pub worker_token_file: Option<PathBuf>,
@@ -171,6 +174,7 @@ impl Default for RolloutSection {
             workers: Vec::new(),
             listen: None,
             in_process: None,
+            engines: 1,
             worker_token_file: None,
             weight_dtype: "f32".to_string(),
             heartbeat_s: 2.0,
@@ -323,14 +327,16 @@ pub struct FleetPlan {
     pub workers: Vec<String>,
     /// Where to take worker registrations.
     pub listen: Option<SocketAddr>,
-    /// Whether the in-process engine generates too.
+    /// Whether the in-process engines generate too.
     pub in_process: bool,
+    /// In-process engines, one per device.
+    pub engines: usize,
 }
 
 impl FleetPlan {
-    /// Whether the in-process engine is the whole fleet (no workers, no registry).
+    /// Whether one in-process engine is the whole fleet (no workers, no registry).
     pub fn local_only(&self) -> bool {
-        self.workers.is_empty() && self.listen.is_none()
+        self.workers.is_empty() && self.listen.is_none() && self.engines == 1
     }
 }
 
@@ -473,11 +479,21 @@ impl RunConfig {
                 "false leaves no engine: give rollout.workers or rollout.listen".to_string(),
             ));
         }
+        if r.engines == 0 || (r.engines > 1 && !in_process) {
+            return Err(invalid(
+                "rollout.engines",
+                format!(
+                    "{}: at least 1, and more only with rollout.in_process = true",
+                    r.engines
+                ),
+            ));
+        }
         Ok(FleetPlan {
             config,
             workers: r.workers.clone(),
             listen,
             in_process,
+            engines: r.engines,
         })
     }
 

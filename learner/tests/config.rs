@@ -34,6 +34,8 @@ fn invalid_values_name_their_key() {
         ("[rollout]\nheartbeat_s = 0.0\n", "rollout.heartbeat_s"),
         ("[rollout]\nworker_timeout_s = -1.0\n", "rollout.worker_timeout_s"),
         ("[rollout]\nworker_wait_s = nan\n", "rollout.worker_wait_s"),
+        ("[rollout]\nengines = 0\n", "rollout.engines"),
+        ("[rollout]\nengines = 2\nworkers = [\"h:1\"]\n", "rollout.engines"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()
@@ -53,6 +55,8 @@ fn the_fleet_is_the_in_process_engine_unless_workers_or_a_registry_are_given() {
     };
     let alone = plan("");
     assert!(alone.local_only() && alone.in_process);
+    let two = plan("engines = 2\n");
+    assert!(!two.local_only() && two.in_process && two.engines == 2);
     let listed = plan("workers = [\"10.0.0.2:50051\"]\n");
     assert!(!listed.local_only() && !listed.in_process);
     let both = plan("listen = \"0.0.0.0:50050\"\nin_process = true\nheartbeat_s = 0.5\n");

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
-use grpo_xla::{Arg, Buffer, Client, ElementType};
+use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 
 use crate::error::{Error, Result};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
@@ -121,6 +121,8 @@ struct Held {
 /// The engine: weights, cache and compiled programs on one device.
 pub struct Engine {
     client: Client,
+    /// The device of the weights, where the cache lives and the programs run.
+    device: Device,
     programs: Programs,
     config: EngineConfig,
     params: Vec<Buffer>,
@@ -146,7 +148,9 @@ struct Counters {
 
 impl Engine {
     /// An engine serving `decoder` with `params` (in [`Decoder::parameters`]
-    /// order, `config.dtype`), as policy version 0.
+    /// order, `config.dtype`), as policy version 0, on the device that holds
+    /// the params (one engine per device of a client is how several devices
+    /// generate).
     pub fn new(client: &Client, decoder: Decoder, params: Vec<Buffer>, config: EngineConfig) -> Result<Engine> {
         if config.max_num_seqs == 0 || config.max_model_len < 2 {
             return Err(Error::InvalidRequest {
@@ -156,10 +160,31 @@ impl Engine {
                 ),
             });
         }
-        let programs = Programs::new(client, decoder, config.dtype, config.max_num_seqs, config.max_model_len);
+        let device = match params.first() {
+            Some(first) => first.device().clone(),
+            None => client.device(0)?.clone(),
+        };
+        if let Some(other) = params.iter().find(|p| p.device() != &device) {
+            return Err(Error::InvalidRequest {
+                message: format!(
+                    "an engine's weights must be on one device: {:?} and {:?}",
+                    device.id(),
+                    other.device().id()
+                ),
+            });
+        }
+        let programs = Programs::new(
+            client,
+            &device,
+            decoder,
+            config.dtype,
+            config.max_num_seqs,
+            config.max_model_len,
+        );
         let state = programs.zero_state()?;
         Ok(Engine {
             client: client.clone(),
+            device,
             programs,
             config,
             params,
@@ -180,6 +205,11 @@ impl Engine {
     pub fn with_tokenizer(mut self, tokenizer: Arc<Tokenizer>) -> Engine {
         self.tokenizer = Some(tokenizer);
         self
+    }
+
+    /// The device it runs on (its weights', cache's and programs').
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// The engine's size.
@@ -405,9 +435,9 @@ impl Engine {
         Ok(match self.config.dtype {
             ElementType::Bf16 => {
                 let values: Vec<half::bf16> = tensor.data.iter().map(|&v| half::bf16::from_f32(v)).collect();
-                upload(&self.client, &values, &dims)?
+                upload(&self.client, &self.device, &values, &dims)?
             }
-            _ => upload(&self.client, &tensor.data, &dims)?,
+            _ => upload(&self.client, &self.device, &tensor.data, &dims)?,
         })
     }
 
@@ -467,14 +497,14 @@ impl Engine {
             }
             first_slots[row] = slots[0] as i32;
         }
-        let c = &self.client;
+        let (c, d) = (&self.client, &self.device);
         let (matrix, rows) = ([p as i64, t as i64], [p as i64]);
         let inputs = [
-            upload(c, &ids, &matrix)?,
-            upload(c, &positions, &matrix)?,
-            upload(c, &marks, &matrix)?,
-            upload(c, &stop_rows, &[p as i64, vocab as i64])?,
-            upload(c, &first_slots, &rows)?,
+            upload(c, d, &ids, &matrix)?,
+            upload(c, d, &positions, &matrix)?,
+            upload(c, d, &marks, &matrix)?,
+            upload(c, d, &stop_rows, &[p as i64, vocab as i64])?,
+            upload(c, d, &first_slots, &rows)?,
         ];
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
@@ -483,7 +513,10 @@ impl Engine {
         self.state = self.programs.get(key)?.execute_args(&args)?;
         for (id, slots) in group {
             for &dst in &slots[1..] {
-                let ends = [upload(c, &[slots[0] as i32], &[])?, upload(c, &[dst as i32], &[])?];
+                let ends = [
+                    upload(c, d, &[slots[0] as i32], &[])?,
+                    upload(c, d, &[dst as i32], &[])?,
+                ];
                 let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
                 args.extend(self.state.iter().map(Arg::Donate));
                 self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
@@ -520,7 +553,7 @@ impl Engine {
             .iter()
             .flatten()
             .any(|s| self.held[&s.request].request.params.logprobs.is_some());
-        let inputs = RowInputs::new(&self.slots, rows, &self.held).upload(&self.client)?;
+        let inputs = RowInputs::new(&self.slots, rows, &self.held).upload(&self.client, &self.device)?;
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
         let layers = self.state.len() - 3;
@@ -693,22 +726,22 @@ impl RowInputs {
     }
 
     /// The buffers in the decode program's order.
-    fn upload(&self, client: &Client) -> Result<Vec<Buffer>> {
+    fn upload(&self, client: &Client, device: &Device) -> Result<Vec<Buffer>> {
         let b = self.ids.len() as i64;
         let (column, vector) = ([b, 1], [b]);
         Ok(vec![
-            upload(client, &self.ids, &column)?,
-            upload(client, &self.positions, &column)?,
-            upload(client, &self.repetition, &vector)?,
-            upload(client, &self.frequency, &vector)?,
-            upload(client, &self.presence, &vector)?,
-            upload(client, &self.suppress_stops, &vector)?,
-            upload(client, &self.temperature, &vector)?,
-            upload(client, &self.top_k, &vector)?,
-            upload(client, &self.top_p, &vector)?,
-            upload(client, &self.min_p, &vector)?,
-            upload(client, &self.seed, &vector)?,
-            upload(client, &self.step, &vector)?,
+            upload(client, device, &self.ids, &column)?,
+            upload(client, device, &self.positions, &column)?,
+            upload(client, device, &self.repetition, &vector)?,
+            upload(client, device, &self.frequency, &vector)?,
+            upload(client, device, &self.presence, &vector)?,
+            upload(client, device, &self.suppress_stops, &vector)?,
+            upload(client, device, &self.temperature, &vector)?,
+            upload(client, device, &self.top_k, &vector)?,
+            upload(client, device, &self.top_p, &vector)?,
+            upload(client, device, &self.min_p, &vector)?,
+            upload(client, device, &self.seed, &vector)?,
+            upload(client, device, &self.step, &vector)?,
         ])
     }
 }

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use grpo_model::decoder::Decoder;
 use grpo_xla::trace::{Graph, ScatterDims, Tensor};
-use grpo_xla::{Buffer, Client, ElementType, Executable, TensorType};
+use grpo_xla::{Buffer, Client, CompileOptions, Device, ElementType, Executable, TensorType};
 
 use crate::error::Result;
 use crate::request::MAX_TOP_LOGPROBS;
@@ -71,6 +71,8 @@ fn bucket(n: usize, min: usize, max: usize) -> usize {
 /// The engine's programs, compiled on first use and kept.
 pub(crate) struct Programs {
     client: Client,
+    /// Where they run: the device of the engine's weights.
+    options: CompileOptions,
     decoder: Decoder,
     dtype: ElementType,
     slots: usize,
@@ -79,11 +81,19 @@ pub(crate) struct Programs {
 }
 
 impl Programs {
-    /// Programs for `slots` sequences of up to `capacity` tokens with
-    /// `dtype` parameters (the state has at least [`min_rows`] rows).
-    pub fn new(client: &Client, decoder: Decoder, dtype: ElementType, slots: usize, capacity: usize) -> Programs {
+    /// Programs on `device` for `slots` sequences of up to `capacity`
+    /// tokens with `dtype` parameters (the state has at least [`min_rows`] rows).
+    pub fn new(
+        client: &Client,
+        device: &Device,
+        decoder: Decoder,
+        dtype: ElementType,
+        slots: usize,
+        capacity: usize,
+    ) -> Programs {
         Programs {
             client: client.clone(),
+            options: CompileOptions::on_device(device),
             decoder,
             dtype,
             slots: slots.max(min_rows(dtype)),
@@ -134,7 +144,9 @@ impl Programs {
             .iter()
             .map(|ty| graph.full(0.0, ty.dtype, &ty.dims))
             .collect::<grpo_xla::Result<_>>()?;
-        let program = graph.build(&zeros.iter().collect::<Vec<_>>())?.compile(&self.client)?;
+        let program = graph
+            .build(&zeros.iter().collect::<Vec<_>>())?
+            .compile_with(&self.client, &self.options)?;
         Ok(program.execute(&[])?)
     }
 
@@ -222,7 +234,7 @@ impl Programs {
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
             .donate_range_from(first_state, 0..outputs.len())?;
-        Ok(function.compile(&self.client)?)
+        Ok(function.compile_with(&self.client, &self.options)?)
     }
 
     /// `(src, dst, state) → state` with slot `dst` a copy of slot `src`
@@ -251,7 +263,7 @@ impl Programs {
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
             .donate_range_from(2, 0..outputs.len())?;
-        Ok(function.compile(&self.client)?)
+        Ok(function.compile_with(&self.client, &self.options)?)
     }
 
     /// `(params, ids [B,1], positions [B,1], sampling inputs, state) →
@@ -297,7 +309,7 @@ impl Programs {
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
             .donate_range_from(first_state, first_result..outputs.len())?;
-        Ok(function.compile(&self.client)?)
+        Ok(function.compile_with(&self.client, &self.options)?)
     }
 
     /// Number of programs compiled so far.
@@ -306,7 +318,12 @@ impl Programs {
     }
 }
 
-/// A `[B, 1]`-or-`[B]` host vector uploaded as `dims`.
-pub(crate) fn upload<T: grpo_xla::NativeType>(client: &Client, values: &[T], dims: &[i64]) -> Result<Buffer> {
-    Ok(client.buffer_from_host(values, dims, client.device(0)?)?)
+/// A `[B, 1]`-or-`[B]` host vector uploaded as `dims` to `device`.
+pub(crate) fn upload<T: grpo_xla::NativeType>(
+    client: &Client,
+    device: &Device,
+    values: &[T],
+    dims: &[i64],
+) -> Result<Buffer> {
+    Ok(client.buffer_from_host(values, dims, device)?)
 }

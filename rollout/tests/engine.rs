@@ -444,3 +444,47 @@ fn bf16_engines_of_any_size_agree_and_stay_near_f32() {
         assert!((a - b).abs() < 0.05, "bf16 log-prob {a} vs f32 {b}");
     }
 }
+
+#[test]
+fn engines_on_two_devices_of_one_client_each_run_on_their_own_and_agree() {
+    let client = Client::for_platform(
+        grpo_xla::Platform::Cpu,
+        grpo_xla::ClientOptions::default()
+            .compile_cache_dir(None)
+            .cpu_device_count(2),
+    )
+    .unwrap();
+    let model = fixture("qwen2");
+    let model = model.to_str().unwrap();
+    let mut first = common::engine_on(&client, 0, model, 3, 64);
+    let mut second = common::engine_on(&client, 1, model, 3, 64);
+    assert_eq!(first.device(), client.device(0).unwrap());
+    assert_eq!(second.device(), client.device(1).unwrap());
+    let on_first = first.generate(&requests()).unwrap();
+    let on_second = std::thread::scope(|scope| {
+        let other = scope.spawn(|| second.generate(&requests()).unwrap());
+        assert_eq!(
+            first.generate(&requests()).unwrap(),
+            on_first,
+            "the same while the other device works"
+        );
+        other.join().unwrap()
+    });
+    assert_eq!(on_second, on_first, "the same tokens and log-probs on device 1");
+
+    // Weights split over two devices are refused, naming both.
+    let pretrained = grpo_model::pretrained::Pretrained::open(model).unwrap();
+    let decoder = Decoder::new(pretrained.config.clone());
+    let mut params = upload_parameters(
+        &client,
+        client.device(0).unwrap(),
+        &decoder,
+        pretrained.weights.as_ref(),
+        ElementType::F32,
+    )
+    .unwrap();
+    params[1] = params[1].copy_to_device(client.device(1).unwrap()).unwrap();
+    let refused = Engine::new(&client, decoder, params, grpo_rollout::engine::EngineConfig::default());
+    let message = refused.err().expect("refused").to_string();
+    assert!(message.contains("one device"), "{message}");
+}

@@ -206,11 +206,10 @@ impl WorkerFleet {
         Ok(bound)
     }
 
-    /// Adds the in-process engine (moved onto its own thread).
-    pub fn add_engine(&mut self, engine: Engine) {
+    /// Adds an in-process engine, called `name` in logs (moved onto its own thread).
+    pub fn add_engine(&mut self, name: String, engine: Engine) {
         let handle = EngineHandle::spawn(engine);
-        self.members
-            .push(Member::new("in-process".to_string(), Backend::Local(handle)));
+        self.members.push(Member::new(name, Backend::Local(handle)));
     }
 
     fn ticket(&mut self) -> u64 {

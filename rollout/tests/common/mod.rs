@@ -28,11 +28,16 @@ pub fn fixture(family: &str) -> PathBuf {
 
 /// An f32 engine for `model` (as `--model` takes it) with these sizes.
 pub fn engine(client: &Client, model: &str, max_num_seqs: usize, max_model_len: usize) -> Engine {
+    engine_on(client, 0, model, max_num_seqs, max_model_len)
+}
+
+/// The same on the client's device `device` (its weights there).
+pub fn engine_on(client: &Client, device: usize, model: &str, max_num_seqs: usize, max_model_len: usize) -> Engine {
     let pretrained = Pretrained::open(model).unwrap();
     let decoder = Decoder::new(pretrained.config.clone());
     let params = upload_parameters(
         client,
-        client.device(0).unwrap(),
+        client.device(device).unwrap(),
         &decoder,
         pretrained.weights.as_ref(),
         ElementType::F32,

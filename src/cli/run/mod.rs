@@ -121,9 +121,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .then(|| upload_parameters(&client, device, &decoder, model.weights.as_ref(), ElementType::F32))
         .transpose()?;
     let plan = config.fleet()?;
-    let engine = || -> anyhow::Result<Engine> {
+    let devices = client.devices();
+    if plan.engines > devices.len() {
+        bail!(
+            "[rollout] engines = {} needs as many devices; the client has {} (on CPU: grpo run --cpu-devices {})",
+            plan.engines,
+            devices.len(),
+            plan.engines
+        );
+    }
+    let engine_on = |device: &grpo_xla::Device| -> anyhow::Result<Engine> {
         let engine_config = EngineConfig {
-            max_num_seqs: grpo.group_size * grpo.prompts_per_step,
+            max_num_seqs: (grpo.group_size * grpo.prompts_per_step).div_ceil(plan.engines),
             max_model_len: config.rollout.max_model_len.min(model.config.max_positions),
             dtype: config.engine_dtype()?,
         };
@@ -131,17 +140,26 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         Ok(Engine::new(&client, decoder.clone(), weights, engine_config)?.with_tokenizer(tokenizer.clone()))
     };
     let fleet: Box<dyn Fleet> = if plan.local_only() {
-        Box::new(LocalFleet::new(engine()?))
+        Box::new(LocalFleet::new(engine_on(device)?))
     } else {
-        let token = Token::from_file_or_env(config.rollout.worker_token_file.as_deref(), "rollout.worker_token_file")?;
+        let token =
+            || Token::from_file_or_env(config.rollout.worker_token_file.as_deref(), "rollout.worker_token_file");
         let mut fleet = WorkerFleet::new(plan.config)?;
-        fleet.add_workers(&plan.workers, &token)?;
+        if !plan.workers.is_empty() {
+            fleet.add_workers(&plan.workers, &token()?)?;
+        }
         if let Some(addr) = plan.listen {
-            let bound = fleet.listen(addr, token)?;
+            let bound = fleet.listen(addr, token()?)?;
             eprintln!("taking rollout worker registrations on {bound} (grpo worker --learner {bound})");
         }
         if plan.in_process {
-            fleet.add_engine(engine()?);
+            for device in &devices[..plan.engines] {
+                let name = match plan.engines {
+                    1 => "in-process".to_string(),
+                    _ => format!("in-process (device {})", device.id()),
+                };
+                fleet.add_engine(name, engine_on(device)?);
+            }
         }
         Box::new(fleet)
     };

@@ -452,3 +452,27 @@ fn calls_that_do_not_match_the_partitions_are_errors_before_xla() {
     let out = executable.execute_sharded(&[Arg::Borrow(&a), Arg::Borrow(&b)]).unwrap();
     assert_eq!(out[0].to_host::<f32>().unwrap(), vec![4.0f32; 16]);
 }
+
+/// Multi-host SPMD needs a client spanning processes (the PJRT distributed
+/// runtime: create options `num_nodes` / `node_id` and the key-value store
+/// callbacks). The pinned CPU plugin has none of it: it refuses the options
+/// by name, and a `process_id` only renumbers its own devices, so learners
+/// on several hosts stay single-process on CPU (README: "Multi-host").
+#[test]
+fn the_cpu_plugin_has_no_multi_process_client() {
+    use grpo_xla::pjrt::OptionValue;
+    use grpo_xla::{ClientOptions, Platform, Plugin};
+    let plugin = Plugin::find(Platform::Cpu).unwrap();
+    for option in ["num_nodes", "node_id"] {
+        let mut options = ClientOptions::default().compile_cache_dir(None);
+        options.create_options.push((option.to_string(), OptionValue::Int(2)));
+        let refused = grpo_xla::Client::new(&plugin, options).err().expect("refused");
+        assert!(refused.to_string().contains(option), "{refused}");
+    }
+    let mut options = ClientOptions::default().compile_cache_dir(None).cpu_device_count(2);
+    options
+        .create_options
+        .push(("process_id".to_string(), OptionValue::Int(1)));
+    let client = grpo_xla::Client::new(&plugin, options).unwrap();
+    assert_eq!(client.devices().len(), 2, "only this process's devices");
+}

@@ -17,6 +17,7 @@ use crate::request::Request;
 use crate::worker::auth::{AttachToken, Token};
 use crate::worker::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
 use crate::worker::error::WorkerError;
+use crate::worker::server::{CONNECTION_WINDOW, STREAM_WINDOW};
 use crate::worker::weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};
 
 /// Chunks encoded ahead of the network while pushing weights.
@@ -66,10 +67,13 @@ pub(crate) fn parse_endpoint(endpoint: &str) -> Result<Endpoint, WorkerError> {
     } else {
         format!("http://{endpoint}")
     };
-    Endpoint::from_shared(uri).map_err(|source| WorkerError::Connect {
+    let endpoint = Endpoint::from_shared(uri).map_err(|source| WorkerError::Connect {
         endpoint: endpoint.to_string(),
         source,
-    })
+    })?;
+    Ok(endpoint
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW))
 }
 
 /// The finished samples of one Generate call, in the order they finish.

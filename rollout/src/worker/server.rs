@@ -32,6 +32,12 @@ use crate::worker::weights::{MAX_CHUNK_BYTES, StagedUpdate};
 /// The port a worker listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 50051;
 
+/// HTTP/2 receive windows of a worker's connections: the default 64 KiB
+/// stream window makes a weight push wait for a window update every 64 KiB.
+pub(crate) const STREAM_WINDOW: u32 = 8 << 20;
+/// See [`STREAM_WINDOW`].
+pub(crate) const CONNECTION_WINDOW: u32 = 32 << 20;
+
 /// Room in a chunk message for everything but its values.
 const MESSAGE_OVERHEAD: usize = 64 << 10;
 
@@ -79,6 +85,8 @@ impl WorkerServer {
         let service =
             RolloutWorkerServer::new(self.service).max_decoding_message_size(MAX_CHUNK_BYTES + MESSAGE_OVERHEAD);
         tonic::transport::Server::builder()
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
             .serve_with_incoming(TcpListenerStream::new(self.listener))
             .await

@@ -466,7 +466,7 @@ fn the_cpu_plugin_has_no_multi_process_client() {
     for option in ["num_nodes", "node_id"] {
         let mut options = ClientOptions::default().compile_cache_dir(None);
         options.create_options.push((option.to_string(), OptionValue::Int(2)));
-        let refused = grpo_xla::Client::new(&plugin, options).err().expect("refused");
+        let refused = grpo_xla::Client::new(&plugin, options).expect_err("refused");
         assert!(refused.to_string().contains(option), "{refused}");
     }
     let mut options = ClientOptions::default().compile_cache_dir(None).cpu_device_count(2);

@@ -13,7 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{lines, run_ok, tiny_model, tiny_run};
+use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
 use grpo_learner::record::{RolloutRow, read_rollouts};
+use grpo_rollout::output::Completion;
+use grpo_rollout::request::{Request, SamplingParams};
+use grpo_rollout::worker::Token;
 
 /// A `grpo worker` serving `model` on a free port, killed on drop.
 struct Worker {
@@ -202,6 +206,18 @@ fn assert_each_sample_once(rows: &[RolloutRow], steps: u64, groups: u32, samples
     assert_eq!(seen, expected, "each sample of each step logged exactly once");
 }
 
+/// Every step's metrics count the requeued groups, a count that never falls.
+/// (Whether a fault costs requeued groups depends on when it lands: in
+/// generation it does, during training the worker is found down first.)
+fn assert_requeued_counted(metrics: &Path, steps: usize) {
+    let counts: Vec<u64> = lines(metrics)
+        .iter()
+        .filter_map(|l| l["fleet_requeued_groups"].as_u64())
+        .collect();
+    assert_eq!(counts.len(), steps, "{counts:?}");
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+}
+
 /// A port free on loopback now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -239,23 +255,18 @@ fn a_run_whose_only_worker_died_waits_then_stops_naming_it() {
     );
 }
 
-#[test]
-fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
-    use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
-    use grpo_rollout::request::{Request, SamplingParams};
-    use grpo_rollout::worker::Token;
-
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny_model(dir.path());
-    let mut worker = Worker::start(&model, "s3cret");
+/// A fleet of the workers at `addrs`, started as version 3 on `model`'s
+/// weights (pushed to each), asking for Health every 0.2 s and waiting
+/// `timeout` for an answer.
+fn fleet_at_version_3(model: &Path, addrs: &[String], timeout: Duration) -> WorkerFleet {
     let token = Token::new("s3cret").unwrap();
     let mut fleet = WorkerFleet::new(FleetConfig {
         heartbeat: Duration::from_millis(200),
+        timeout,
         ..FleetConfig::default()
     })
     .unwrap();
-    fleet.add_workers(std::slice::from_ref(&worker.addr), &token).unwrap();
-
+    fleet.add_workers(addrs, &token).unwrap();
     let plugin = grpo_xla::Plugin::find(grpo_xla::Platform::Cpu).unwrap();
     let client = grpo_xla::Client::new(&plugin, grpo_xla::ClientOptions::default()).unwrap();
     let pretrained = grpo_model::pretrained::Pretrained::open(model.to_str().unwrap()).unwrap();
@@ -271,20 +282,42 @@ fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
         .zip(&buffers)
         .collect();
     fleet.start_at(3, &named).unwrap();
+    fleet
+}
 
-    let request = Request {
-        prompt: vec![1, 2, 3],
-        params: SamplingParams {
-            n: 2,
-            max_tokens: 4,
-            seed: 7,
-            ..SamplingParams::default()
-        },
-    };
-    let versions = |groups: &[Vec<grpo_rollout::output::Completion>]| -> Vec<u64> {
-        groups.iter().flatten().flat_map(|c| c.versions.clone()).collect()
-    };
-    let before = fleet.generate(std::slice::from_ref(&request)).unwrap();
+/// What `work` returns, or a failed test if it takes longer than `limit`.
+fn within<T: Send + 'static>(limit: Duration, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(work()));
+    receiver.recv_timeout(limit).expect("no hang")
+}
+
+/// `groups` prompts of two samples each, seeded apart.
+fn requests(groups: u32) -> Vec<Request> {
+    (0..groups)
+        .map(|g| Request {
+            prompt: vec![1, 2 + g, 3],
+            params: SamplingParams {
+                n: 2,
+                max_tokens: 4,
+                seed: 7 + g,
+                ..SamplingParams::default()
+            },
+        })
+        .collect()
+}
+
+fn versions(groups: &[Vec<Completion>]) -> Vec<u64> {
+    groups.iter().flatten().flat_map(|c| c.versions.clone()).collect()
+}
+
+#[test]
+fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut worker = Worker::start(&model, "s3cret");
+    let mut fleet = fleet_at_version_3(&model, std::slice::from_ref(&worker.addr), Duration::from_secs(10));
+    let before = fleet.generate(&requests(1)).unwrap();
     assert!(
         !versions(&before).is_empty() && versions(&before).iter().all(|&v| v == 3),
         "the pushed version serves"
@@ -293,20 +326,56 @@ fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
     let port = worker.addr.rsplit(':').next().unwrap().to_string();
     worker.kill();
     let _restarted = Worker::start_with(&model, "s3cret", &["--port", &port]);
-    let after = fleet.generate(std::slice::from_ref(&request)).unwrap();
+    let after = fleet.generate(&requests(1)).unwrap();
     assert!(
         versions(&after).iter().all(|&v| v == 3),
-        "the restarted worker served the fleet's version: {:?}",
+        "the restarted worker (on version 0) got version 3 pushed before it sampled: {:?}",
         versions(&after)
     );
-    let tokens = |groups: &[Vec<grpo_rollout::output::Completion>]| -> Vec<Vec<u32>> {
-        groups.iter().flatten().map(|c| c.tokens.clone()).collect()
-    };
-    assert_eq!(
-        tokens(&after),
-        tokens(&before),
-        "on the pushed weights (not its start-up ones) it samples what it sampled before"
+    assert_eq!(after, before);
+}
+
+#[test]
+fn a_stalled_worker_s_groups_go_to_the_other_and_its_late_samples_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let stalled = Worker::start(&model, "s3cret");
+    let healthy = Worker::start(&model, "s3cret");
+    let addrs = [stalled.addr.clone(), healthy.addr.clone()];
+    let mut fleet = fleet_at_version_3(&model, &addrs, Duration::from_secs(2));
+    let want = fleet.generate(&requests(6)).unwrap();
+    assert_eq!((fleet.health().ready, fleet.health().requeued_groups), (2, 0));
+
+    // Stopped while ready: it is given groups, holds them, and misses its Health calls.
+    stalled.signal("STOP");
+    let started = Instant::now();
+    let (mut fleet, got) = within(Duration::from_secs(120), move || {
+        let got = fleet.generate(&requests(6)).unwrap();
+        (fleet, got)
+    });
+    stalled.signal("CONT");
+    let health = fleet.health();
+    assert!(health.requeued_groups >= 1, "{health:?}");
+    assert_eq!(health.ready, 1, "the stalled worker is down");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "declared down after the timeout, not before"
     );
+    assert_eq!(got, want, "every group once, sampled alike by the other worker");
+
+    // Awake again: it answers, rejoins on the weights it holds, and its late
+    // samples of the cancelled calls never reach a result.
+    let again = fleet.generate(&requests(6)).unwrap();
+    assert_eq!(again, want);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fleet.health().ready < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not rejoin: {:?}",
+            fleet.health()
+        );
+        fleet.generate(&requests(1)).unwrap();
+    }
 }
 
 #[test]
@@ -344,6 +413,7 @@ fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
     assert!(log.contains(&rejoined), "{log}");
     let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
     assert_each_sample_once(&rows, 14, 4, 2);
+    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 14);
     assert!(
         rows.iter().all(|r| r.policy_version == r.step - 1),
         "every sample from the version pushed after the step before"
@@ -377,6 +447,7 @@ fn a_stalled_worker_is_declared_down_and_its_late_samples_are_dropped() {
     assert!(log.contains(&back), "after SIGCONT it answers again: {log}");
     let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
     assert_each_sample_once(&rows, 12, 4, 2);
+    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 12);
     assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
 }
 

@@ -42,6 +42,8 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
             "time_generation",
             "time_train",
             "kl",
+            "fleet_members",
+            "fleet_ready",
         ] {
             assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
         }

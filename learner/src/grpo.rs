@@ -33,7 +33,7 @@ use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, Weights};
+use crate::fleet::{Fleet, FleetHealth, Weights};
 use crate::loss::GrpoLoss;
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
@@ -127,6 +127,10 @@ pub struct StepReport {
     pub staleness: u64,
     /// Samples left out for being more than max_staleness versions old.
     pub stale_samples: usize,
+    /// How the rollout fleet stood after sampling the batch (written as
+    /// `fleet_members`, `fleet_ready`, `fleet_requeued_groups`).
+    #[serde(flatten)]
+    pub fleet: FleetHealth,
 }
 
 /// What a greedy evaluation on held-out prompts found.
@@ -445,6 +449,7 @@ impl GrpoLoop {
             weight_sync_gb_per_s: sync.map_or(0.0, |s| s.gb_per_second()),
             staleness,
             stale_samples: if stale { collected.completions().count() } else { 0 },
+            fleet: drawn.fleet,
         };
         let log = self.rollout_rows(&drawn, &rewards, &adv.values);
         self.sampler = drawn.sampler;

@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, SyncReport, Weights};
+use crate::fleet::{Fleet, FleetHealth, SyncReport, Weights};
 
 /// How a step's rollouts are sampled.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +55,8 @@ pub struct Drawn {
     pub sampler: SamplerState,
     /// The last weight update the fleet took before sampling them.
     pub sync: Option<SyncReport>,
+    /// How the fleet stood after sampling them.
+    pub fleet: FleetHealth,
 }
 
 /// What the rollout side owns.
@@ -104,6 +106,7 @@ impl RolloutSide {
             collected,
             sampler: self.sampler.state(),
             sync,
+            fleet: self.fleet.health(),
         })
     }
 

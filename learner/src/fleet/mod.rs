@@ -49,6 +49,21 @@ impl SyncReport {
     }
 }
 
+/// How a fleet stands, for the step's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct FleetHealth {
+    /// Engines and workers it knows of.
+    #[serde(rename = "fleet_members")]
+    pub members: usize,
+    /// Of those, the ones taking work (answering, on the current weights).
+    #[serde(rename = "fleet_ready")]
+    pub ready: usize,
+    /// Groups given to another member after theirs failed, stalled or
+    /// restarted, since the fleet started.
+    #[serde(rename = "fleet_requeued_groups")]
+    pub requeued_groups: u64,
+}
+
 /// A set of rollout engines the loop generates with (movable to the
 /// rollout thread of [`crate::rollouts`]).
 pub trait Fleet: Send {
@@ -64,6 +79,9 @@ pub trait Fleet: Send {
     /// whose weights the learner does not know, get `params` (named device
     /// buffers) pushed; the in-process engine needs no copy of them.
     fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()>;
+
+    /// How it stands now.
+    fn health(&self) -> FleetHealth;
 }
 
 /// Bytes of `tensors` as f32 values.
@@ -99,5 +117,13 @@ impl Fleet for LocalFleet {
 
     fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {
         Ok(self.engine.update_weights(version, &[], InFlight::Keep)?)
+    }
+
+    fn health(&self) -> FleetHealth {
+        FleetHealth {
+            members: 1,
+            ready: 1,
+            requeued_groups: 0,
+        }
     }
 }

@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::member::{self, Backend, Failure, Member, State};
-use super::{Fleet, SyncReport, Weights, f32_bytes};
+use super::{Fleet, FleetHealth, SyncReport, Weights, f32_bytes};
 use crate::checkpoint::host_tensors;
 use crate::error::{Error, Result};
 
@@ -146,6 +146,8 @@ pub struct WorkerFleet {
     version: Option<u64>,
     weights: Option<Weights>,
     next_ticket: u64,
+    /// Groups queued again since the start.
+    requeued_groups: u64,
 }
 
 impl WorkerFleet {
@@ -170,6 +172,7 @@ impl WorkerFleet {
             version: None,
             weights: None,
             next_ticket: 0,
+            requeued_groups: 0,
         })
     }
 
@@ -339,6 +342,12 @@ impl WorkerFleet {
         }
     }
 
+    /// Queues `group` again, for another member.
+    fn requeue(&mut self, work: &mut Work, group: usize) {
+        work.queue.push_front(group);
+        self.requeued_groups += 1;
+    }
+
     /// Cancels the member's calls and queues their groups again; returns how many.
     fn requeue_calls(&mut self, work: &mut Work, index: usize) -> usize {
         let tickets: Vec<u64> = work
@@ -350,7 +359,7 @@ impl WorkerFleet {
         for ticket in &tickets {
             let call = work.calls.remove(ticket).expect("listed above");
             call.task.abort();
-            work.queue.push_front(call.group);
+            self.requeue(work, call.group);
         }
         self.members[index].assigned = 0;
         tickets.len()
@@ -407,7 +416,7 @@ impl WorkerFleet {
                     {
                         None => work.results[call.group] = Some(group),
                         Some(served) => {
-                            work.queue.push_front(call.group);
+                            self.requeue(work, call.group);
                             let requeued = 1 + self.requeue_calls(work, index);
                             let member = &mut self.members[index];
                             tracing::warn!(
@@ -420,7 +429,7 @@ impl WorkerFleet {
                         }
                     },
                     Err(failure) => {
-                        work.queue.push_front(call.group);
+                        self.requeue(work, call.group);
                         self.fail(work, index, failure);
                     }
                 }
@@ -640,5 +649,13 @@ impl Fleet for WorkerFleet {
             self.weights = Some(host_tensors::<Weights>(params)?);
         }
         self.drive(Work::default()).map(|_| ())
+    }
+
+    fn health(&self) -> FleetHealth {
+        FleetHealth {
+            members: self.members.len(),
+            ready: self.members.iter().filter(|m| m.ready()).count(),
+            requeued_groups: self.requeued_groups,
+        }
     }
 }

@@ -20,8 +20,8 @@ use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_rollout::worker::proto::rollout_worker_client::RolloutWorkerClient;
 use grpo_rollout::worker::{
-    Health, PROTOCOL_VERSION, PushOptions, Token, WireDtype, WorkerClient, WorkerError, WorkerServer, proto,
-    start_request, weight_chunks,
+    Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, Token, WireDtype, WorkerClient, WorkerError, WorkerServer,
+    proto, start_request, weight_chunks,
 };
 use grpo_xla::Client;
 use tonic::Code;
@@ -89,6 +89,30 @@ async fn until(worker: &mut WorkerClient, done: impl Fn(&ServiceStats) -> bool) 
         assert!(start.elapsed() < Duration::from_secs(10), "stuck at {stats:?}");
         tokio::task::yield_now().await;
     }
+}
+
+/// Starts `long()` and returns its samples' stream once the worker runs it.
+/// On a loaded machine the sample can finish between two polls; then it is
+/// started again (same seed, same tokens).
+async fn start_long(worker: &mut WorkerClient) -> RemoteSamples {
+    let tokens = long().params.max_tokens as u64;
+    for _ in 0..20 {
+        let before = worker.stats().await.unwrap().engine.generated_tokens;
+        let samples = worker.generate(&long()).await.unwrap();
+        let start = Instant::now();
+        loop {
+            let stats = worker.stats().await.unwrap();
+            if stats.engine.running == 1 {
+                return samples;
+            }
+            if stats.engine.generated_tokens >= before + tokens {
+                break; // finished unseen: again
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "stuck at {stats:?}");
+            tokio::task::yield_now().await;
+        }
+    }
+    panic!("the long sample never was seen running");
 }
 
 /// Freshly initialized weights for the fixture, as `dtype` delivers them.
@@ -184,9 +208,8 @@ async fn push_mid_generation(dtype: WireDtype, pause: bool) {
     let client = cpu_client();
     let (mut worker, _) = worker(&client).await;
     let update = new_weights(7, dtype);
-    let mut samples = worker.generate(&long()).await.unwrap();
     // Running means admitted and decoded once: at least one version-0 token.
-    until(&mut worker, |s| s.engine.running == 1).await;
+    let mut samples = start_long(&mut worker).await;
     if pause {
         worker.pause(PauseMode::Keep).await.unwrap();
     }
@@ -347,8 +370,7 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     // Keep: the sample freezes, new requests wait; both go on after Resume,
     // the frozen one with the tokens it gets unpaused (log-probs may differ
     // in the last bits: the joining request changes the batch's programs).
-    let mut kept = worker.generate(&long()).await.unwrap();
-    until(&mut worker, |s| s.engine.running == 1).await;
+    let mut kept = start_long(&mut worker).await;
     worker.pause(PauseMode::Keep).await.unwrap();
     let health = worker.health().await.unwrap();
     assert_eq!(
@@ -371,8 +393,7 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     assert_eq!(later.await.unwrap()[0].tokens.len(), 3);
 
     // Abort: the running sample ends early.
-    let mut aborted = worker.generate(&long()).await.unwrap();
-    until(&mut worker, |s| s.engine.running == 1).await;
+    let mut aborted = start_long(&mut worker).await;
     worker.pause(PauseMode::Abort).await.unwrap();
     let sample = aborted.next().await.unwrap().unwrap();
     assert_eq!(sample.finish_reason, FinishReason::Abort);
@@ -380,8 +401,7 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     worker.resume().await.unwrap();
 
     // Wait: Pause returns once the sample has finished.
-    let mut waited = worker.generate(&long()).await.unwrap();
-    until(&mut worker, |s| s.engine.running == 1).await;
+    let mut waited = start_long(&mut worker).await;
     worker.pause(PauseMode::Wait).await.unwrap();
     let stats = worker.stats().await.unwrap();
     assert_eq!((stats.engine.running, stats.paused), (0, true));
@@ -390,8 +410,7 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     worker.resume().await.unwrap();
 
     // Cancelling a call aborts its request (paused, so only the abort can free the slot).
-    let cancelled = worker.generate(&long()).await.unwrap();
-    until(&mut worker, |s| s.engine.running == 1).await;
+    let cancelled = start_long(&mut worker).await;
     worker.pause(PauseMode::Keep).await.unwrap();
     drop(cancelled);
     until(&mut worker, |s| s.engine.running == 0 && s.engine.free_slots == SLOTS).await;

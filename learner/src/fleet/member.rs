@@ -36,8 +36,8 @@ pub(super) enum State {
     /// Failed a call or missed a Health deadline; asked again every
     /// heartbeat, and Behind once it answers.
     Down(String),
-    /// Refused for good (wrong token, another protocol, another model): never
-    /// asked again.
+    /// Refused (another protocol, weights that do not fit its model, a
+    /// wrong token): not asked again unless it registers anew.
     Refused(String),
 }
 
@@ -94,6 +94,9 @@ pub(super) struct Member {
     pub ping: Option<(u64, AbortHandle)>,
     /// The weight push in flight: its ticket and task.
     pub push: Option<(u64, AbortHandle)>,
+    /// The last refusal logged (a refused worker that keeps announcing
+    /// itself is refused again each time; it is said once).
+    pub refused_for: Option<String>,
 }
 
 impl Member {
@@ -110,6 +113,7 @@ impl Member {
             next_ping: Instant::now(),
             ping: None,
             push: None,
+            refused_for: None,
         }
     }
 

@@ -111,6 +111,8 @@ struct Call {
 /// call (none for a weight update), and the bytes pushed meanwhile.
 #[derive(Default)]
 struct Work {
+    /// A weight sync: done once no member is unheard of or behind.
+    sync: bool,
     requests: Vec<Request>,
     queue: VecDeque<usize>,
     results: Vec<Option<Vec<Completion>>>,
@@ -128,8 +130,11 @@ impl Work {
         }
     }
 
-    fn finished(&self) -> bool {
-        self.results.iter().all(Option::is_some)
+    fn sync() -> Work {
+        Work {
+            sync: true,
+            ..Work::default()
+        }
     }
 }
 
@@ -229,8 +234,13 @@ impl WorkerFleet {
         let _entered = self.runtime.enter();
         while let Ok(Registration { address }) = registrations.try_recv() {
             match self.members.iter_mut().find(|m| m.name == address) {
+                // Announcing again: a worker that was down, or refused (it may
+                // have been replaced by a fixed one), is asked at once.
                 Some(known) => {
-                    if matches!(known.state, State::Down(_)) {
+                    if matches!(known.state, State::Down(_) | State::Refused(_)) {
+                        if matches!(known.state, State::Refused(_)) {
+                            known.state = State::Unknown;
+                        }
                         known.next_ping = Instant::now();
                     }
                 }
@@ -379,7 +389,11 @@ impl WorkerFleet {
             String::new()
         };
         if failure.permanent {
-            tracing::error!("rollout worker {} refused: {}{again}", member.name, failure.message);
+            // A refused worker that keeps announcing itself is refused again each time: said once.
+            if member.refused_for.as_deref() != Some(failure.message.as_str()) {
+                tracing::error!("rollout worker {} refused: {}{again}", member.name, failure.message);
+                member.refused_for = Some(failure.message.clone());
+            }
             member.state = State::Refused(failure.message);
         } else {
             if !matches!(member.state, State::Down(_)) || requeued > 0 {
@@ -552,13 +566,13 @@ impl WorkerFleet {
         loop {
             self.housekeeping();
             self.dispatch(&mut work);
-            let done = if work.requests.is_empty() {
+            let done = if work.sync {
                 !self
                     .members
                     .iter()
                     .any(|m| matches!(m.state, State::Unknown | State::Behind))
             } else {
-                work.finished()
+                work.results.iter().all(Option::is_some)
             };
             if done {
                 return Ok(work);
@@ -627,7 +641,7 @@ impl Fleet for WorkerFleet {
                 member.state = State::Behind;
             }
         }
-        let work = self.drive(Work::default())?;
+        let work = self.drive(Work::sync())?;
         Ok(SyncReport {
             bytes: work.pushed_bytes,
             seconds: started.elapsed().as_secs_f64(),
@@ -648,7 +662,7 @@ impl Fleet for WorkerFleet {
         if remote {
             self.weights = Some(host_tensors::<Weights>(params)?);
         }
-        self.drive(Work::default()).map(|_| ())
+        self.drive(Work::sync()).map(|_| ())
     }
 
     fn health(&self) -> FleetHealth {

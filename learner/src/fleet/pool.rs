@@ -434,10 +434,10 @@ impl WorkerFleet {
                             let requeued = 1 + self.requeue_calls(work, index);
                             let member = &mut self.members[index];
                             tracing::warn!(
-                                "rollout worker {} served policy version {served}, not {:?} it was given \
+                                "rollout worker {} served policy version {served}, not the fleet's {} \
                                  (it restarted?): {requeued} groups go to other workers, and it gets the weights again",
                                 member.name,
-                                self.version
+                                self.version.unwrap_or_default()
                             );
                             member.state = State::Behind;
                         }

@@ -87,6 +87,13 @@ pub struct EngineStats {
     pub generated_tokens: u64,
 }
 
+impl EngineStats {
+    /// The engine's slots (`max_num_seqs`): those running a sample and the free ones.
+    pub fn slots(&self) -> usize {
+        self.running + self.free_slots
+    }
+}
+
 /// One running sample, in its slot.
 struct Sequence {
     request: RequestId,

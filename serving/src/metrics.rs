@@ -109,7 +109,7 @@ impl Metrics {
     pub fn render(&self, stats: &ServiceStats) -> String {
         let counters = self.with(|c| c.clone());
         let engine = &stats.engine;
-        let slots = (engine.running + engine.free_slots).max(1);
+        let slots = engine.slots().max(1);
         let label = format!(
             "model_name=\"{}\"",
             self.model_name.replace('\\', "\\\\").replace('"', "\\\"")

@@ -161,7 +161,7 @@ pub(super) async fn ping(backend: Backend, deadline: Duration) -> Result<Health,
                     paused: stats.paused,
                     version: stats.engine.version,
                     protocol_version: PROTOCOL_VERSION,
-                    max_num_seqs: stats.engine.running + stats.engine.free_slots,
+                    max_num_seqs: stats.engine.slots(),
                     instance: LOCAL_INSTANCE,
                 })
             }

@@ -283,7 +283,7 @@ impl RolloutWorker for Service {
             status: status.into(),
             version: stats.engine.version,
             protocol_version: PROTOCOL_VERSION,
-            max_num_seqs: (stats.engine.running + stats.engine.free_slots) as u64,
+            max_num_seqs: stats.engine.slots() as u64,
             instance: self.instance,
         }))
     }

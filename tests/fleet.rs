@@ -151,6 +151,23 @@ impl Run {
         }
     }
 
+    /// Waits until the run's log holds `needle` (the run must still be going).
+    fn wait_for_log(&mut self, needle: &str) {
+        let started = Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "the run ended early: {}",
+                self.log()
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(300),
+                "no `{needle}` in 5 minutes"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until `steps` steps are logged (the run must still be going).
     fn wait_for_steps(&mut self, steps: usize) {
         let started = Instant::now();
@@ -382,7 +399,7 @@ fn a_stalled_worker_s_groups_go_to_the_other_and_its_late_samples_are_dropped() 
 fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
-    let config = tiny_run(dir.path(), "max_steps = 14\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let config = tiny_run(dir.path(), "max_steps = 40\neval_every = 0\n\n[checkpoint]\nevery = 0");
     let registry = format!("127.0.0.1:{}", free_port());
     let sets = [
         format!("rollout.listen=\"{registry}\""),
@@ -399,6 +416,7 @@ fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
     first.kill();
     run.wait_for_steps(6);
     let third = Worker::start_with(&model, "s3cret", &join);
+    run.wait_for_log(&format!("rollout worker {} answers", third.addr));
     assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
 
     let log = run.log();
@@ -412,8 +430,8 @@ fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
     let rejoined = format!("rollout worker {} answers", third.addr);
     assert!(log.contains(&rejoined), "{log}");
     let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
-    assert_each_sample_once(&rows, 14, 4, 2);
-    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 14);
+    assert_each_sample_once(&rows, 40, 4, 2);
+    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 40);
     assert!(
         rows.iter().all(|r| r.policy_version == r.step - 1),
         "every sample from the version pushed after the step before"
@@ -424,7 +442,7 @@ fn a_killed_worker_s_groups_go_to_the_others_and_a_restarted_one_rejoins() {
 fn a_stalled_worker_is_declared_down_and_its_late_samples_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
-    let config = tiny_run(dir.path(), "max_steps = 12\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let config = tiny_run(dir.path(), "max_steps = 30\neval_every = 0\n\n[checkpoint]\nevery = 0");
     let stalled = Worker::start(&model, "s3cret");
     let healthy = Worker::start(&model, "s3cret");
     let sets = [
@@ -438,16 +456,25 @@ fn a_stalled_worker_is_declared_down_and_its_late_samples_are_dropped() {
     stalled.signal("STOP");
     run.wait_for_steps(5);
     stalled.signal("CONT");
+    // It answered once at the start; after SIGCONT it answers again (and rejoins) while the run goes on.
+    let back = format!("rollout worker {} answers", stalled.addr);
+    let started = Instant::now();
+    while run.log().matches(&back).count() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "it never answered again: {}",
+            run.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
 
     let log = run.log();
     let down = format!("rollout worker {} is down: no answer to Health", stalled.addr);
     assert!(log.contains(&down), "{log}");
-    let back = format!("rollout worker {} answers", stalled.addr);
-    assert!(log.contains(&back), "after SIGCONT it answers again: {log}");
     let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
-    assert_each_sample_once(&rows, 12, 4, 2);
-    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 12);
+    assert_each_sample_once(&rows, 30, 4, 2);
+    assert_requeued_counted(&dir.path().join("out/metrics.jsonl"), 30);
     assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
 }
 
@@ -455,7 +482,7 @@ fn a_stalled_worker_is_declared_down_and_its_late_samples_are_dropped() {
 fn the_in_process_engine_keeps_the_run_going_while_workers_come_and_go() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
-    let config = tiny_run(dir.path(), "max_steps = 10\neval_every = 5\n\n[checkpoint]\nevery = 0");
+    let config = tiny_run(dir.path(), "max_steps = 60\neval_every = 30\n\n[checkpoint]\nevery = 0");
     let registry = format!("127.0.0.1:{}", free_port());
     let sets = [
         format!("rollout.listen=\"{registry}\""),
@@ -466,7 +493,8 @@ fn the_in_process_engine_keeps_the_run_going_while_workers_come_and_go() {
     let mut run = Run::start(&config, &sets);
     run.wait_for_steps(3);
     let mut worker = Worker::start_with(&model, "s3cret", &["--port", "0", "--learner", registry.as_str()]);
-    run.wait_for_steps(6);
+    // The in-process engine alone makes steps fast: wait for the worker to join, not for steps.
+    run.wait_for_log(&format!("rollout worker {} answers", worker.addr));
     worker.kill();
     assert!(run.finish(Duration::from_secs(300)), "{}", run.log());
 
@@ -477,7 +505,7 @@ fn the_in_process_engine_keeps_the_run_going_while_workers_come_and_go() {
         "{log}"
     );
     let rows = read_rollouts(&dir.path().join("out/rollouts.parquet")).unwrap();
-    assert_each_sample_once(&rows, 10, 4, 2);
+    assert_each_sample_once(&rows, 60, 4, 2);
     assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
     let evals = lines(&dir.path().join("out/metrics.jsonl"))
         .iter()

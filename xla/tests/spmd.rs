@@ -1,12 +1,16 @@
 //! SPMD sharding through XLA's partitioner on 4 virtual CPU devices: a
 //! row-split matmul against host f64 math, data-parallel and FSDP train
-//! steps against the single-device step, FSDP's per-device memory, and
+//! steps (whole and accumulated over micro-batches) against the
+//! single-device step, FSDP's per-device memory, and
 //! clear errors for layouts and calls that cannot work.
 
 mod common;
 
 use common::{cpu_client, matmul_f64, random_f64};
-use grpo_xla::trace::{AdamW, Graph, Parallelism, ShardedTrainStep, Tensor, TrainStep, TrainStepSpec};
+use grpo_xla::trace::{
+    AccumulatingTrainStep, AdamW, Graph, Parallelism, ShardedAccumulatingTrainStep, ShardedTrainStep, Tensor,
+    TrainStep, TrainStepSpec,
+};
 use grpo_xla::{Arg, Buffer, Client, CompileOptions, ElementType, Error, ShardedBuffer, Sharding, TensorType};
 
 const DEVICES: usize = 4;
@@ -263,6 +267,98 @@ fn data_parallel_and_fsdp_steps_equal_the_single_device_step() {
         let errors: Vec<f64> = got.iter().zip(&want).map(|(g, w)| relative_error(g, w)).collect();
         let shown: Vec<String> = errors.iter().map(|e| format!("{e:.2e}")).collect();
         println!("{parallelism:?}: parameter relative errors after 5 steps {shown:?}");
+        assert!(errors.iter().all(|&e| e <= 1e-5), "{parallelism:?}: {errors:?}");
+        for ((loss, norm), (want_loss, want_norm)) in metrics.iter().zip(&want_metrics) {
+            assert!(
+                (loss - want_loss).abs() <= 1e-5 * want_loss.abs(),
+                "loss {loss} vs {want_loss}"
+            );
+            assert!(
+                (norm - want_norm).abs() <= 1e-5 * want_norm,
+                "grad norm {norm} vs {want_norm}"
+            );
+        }
+    }
+}
+
+/// Two optimizer steps over micro-batches 0–1 and 2–3 (gradients
+/// accumulated) on one device: the parameters and each step's metrics.
+fn single_device_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, data: &MlpData) -> Run {
+    let device = client.device(0).unwrap();
+    let step = AccumulatingTrainStep::compile(client, spec, mlp_loss).unwrap();
+    let upload = |data: &[f32], ty: &TensorType| client.buffer_from_host(data, &ty.dims, device).unwrap();
+    let params = data
+        .params
+        .iter()
+        .zip(&spec.params)
+        .map(|(p, t)| upload(p, t))
+        .collect();
+    let mut state = step.init_state(params).unwrap();
+    let mut metrics = Vec::new();
+    for pair in data.batches[..4].chunks(2) {
+        let uploaded: Vec<Vec<Buffer>> = pair
+            .iter()
+            .map(|batch| batch.iter().zip(&spec.batch).map(|(d, t)| upload(d, t)).collect())
+            .collect();
+        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
+        let m = step.step(&mut state, &refs, LR).unwrap();
+        metrics.push((m.loss, m.grad_norm));
+    }
+    (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
+}
+
+/// As [`single_device_accumulated_run`], partitioned by `parallelism`.
+fn sharded_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, parallelism: Parallelism, data: &MlpData) -> Run {
+    let with_metrics = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let step = ShardedAccumulatingTrainStep::compile_with_metrics(client, spec, parallelism, with_metrics).unwrap();
+    let upload = |data: &[f32], ty: &TensorType, sharding: &Sharding| {
+        client
+            .sharded_from_host(data, &ty.dims, sharding, step.devices())
+            .unwrap()
+    };
+    let params = data
+        .params
+        .iter()
+        .zip(&spec.params)
+        .zip(step.param_shardings())
+        .map(|((p, t), s)| upload(p, t, s))
+        .collect();
+    let mut state = step.init_state(params).unwrap();
+    let mut metrics = Vec::new();
+    for pair in data.batches[..4].chunks(2) {
+        let uploaded: Vec<Vec<ShardedBuffer>> = pair
+            .iter()
+            .map(|batch| {
+                batch
+                    .iter()
+                    .zip(&spec.batch)
+                    .zip(step.batch_shardings())
+                    .map(|((d, t), s)| upload(d, t, s))
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<Vec<&ShardedBuffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
+        let m = step.step(&mut state, &refs, LR).unwrap();
+        metrics.push((m.loss, m.grad_norm));
+    }
+    (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
+}
+
+#[test]
+fn accumulated_sharded_steps_equal_the_accumulated_single_device_step() {
+    let client = cpu_client(DEVICES);
+    let optimizer = AdamW::default();
+    let spec = mlp_spec(&optimizer);
+    let data = mlp_data();
+    let (want, want_metrics) = single_device_accumulated_run(&client, &spec, &data);
+    assert!(relative_error(&want[0], &data.params[0]) > 1e-3, "the parameters moved");
+    for parallelism in [
+        Parallelism::DataParallel { devices: DEVICES },
+        Parallelism::Fsdp { devices: DEVICES },
+    ] {
+        let (got, metrics) = sharded_accumulated_run(&client, &spec, parallelism, &data);
+        let errors: Vec<f64> = got.iter().zip(&want).map(|(g, w)| relative_error(g, w)).collect();
+        println!("{parallelism:?}, 2 micro-batches per step: parameter relative errors {errors:?}");
         assert!(errors.iter().all(|&e| e <= 1e-5), "{parallelism:?}: {errors:?}");
         for ((loss, norm), (want_loss, want_norm)) in metrics.iter().zip(&want_metrics) {
             assert!(

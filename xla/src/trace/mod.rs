@@ -38,5 +38,5 @@ pub use ops::control::{fori_loop, rng_bit_generator, uniform, while_loop};
 pub use ops::custom::{VjpFn, custom_vjp};
 pub use ops::gather::{GatherDims, ScatterDims};
 pub use optim::{AdamW, AdamWState, Optimizer, Sgd, clip_by_global_norm, global_norm};
-pub use sharded_train::{Parallelism, ShardedTrainState, ShardedTrainStep};
+pub use sharded_train::{Parallelism, ShardedAccumulatingTrainStep, ShardedTrainState, ShardedTrainStep};
 pub use train::{AccumulatingTrainStep, StepMetrics, TrainState, TrainStep, TrainStepSpec};

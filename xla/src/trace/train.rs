@@ -279,16 +279,168 @@ impl TrainStep {
     }
 }
 
+/// The three programs of gradient accumulation, traced (not yet laid out
+/// or compiled): `first (params, batch) → (grads, loss, metrics…)`,
+/// `accumulate (params, acc, batch) → (acc + grads, loss, metrics…)` with
+/// the accumulator donated, and `apply (params, state, acc, lr, scale) →
+/// (params', state', grad_norm)` with parameters and state donated.
+pub(super) struct AccumulationPrograms {
+    pub first: Function,
+    pub accumulate: Function,
+    pub apply: Function,
+    pub state_spec: Vec<(String, TensorType)>,
+    pub metrics: usize,
+}
+
+/// Traces the accumulation programs of `loss_fn`.
+pub(super) fn trace_accumulation(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Result<AccumulationPrograms> {
+    let n = spec.params.len();
+    let state_spec = spec.optimizer.state_spec(&spec.params);
+    let param_parameters = |graph: &Graph| -> Result<Vec<Tensor>> {
+        spec.params.iter().map(|t| graph.parameter(t.dtype, &t.dims)).collect()
+    };
+
+    let first = trace_loss("grad_first", spec, loss_fn, |_| Ok(()))?;
+    let metrics = first.metrics.len();
+    let mut outputs = first.grads.clone();
+    outputs.push(first.loss.clone());
+    outputs.extend(first.metrics.iter().cloned());
+    let first = build(&first.graph, &outputs)?;
+
+    let mut acc = Vec::new();
+    let more = trace_loss("grad_accumulate", spec, loss_fn, |graph| {
+        acc = param_parameters(graph)?;
+        Ok(())
+    })?;
+    let mut outputs = acc
+        .iter()
+        .zip(&more.grads)
+        .map(|(a, g)| a.add(g))
+        .collect::<Result<Vec<_>>>()?;
+    outputs.push(more.loss.clone());
+    outputs.extend(more.metrics.iter().cloned());
+    let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
+
+    let graph = Graph::new("apply_update");
+    let params = param_parameters(&graph)?;
+    let state = state_parameters(&graph, &state_spec)?;
+    let acc = param_parameters(&graph)?;
+    let lr = graph.parameter(ElementType::F32, &[])?;
+    let scale = graph.parameter(ElementType::F32, &[])?;
+    let mean = acc
+        .iter()
+        .map(|a| a.mul(&scale.convert(a.dtype())?))
+        .collect::<Result<Vec<_>>>()?;
+    let (mut outputs, norm) = trace_update(spec, &params, &mean, &state, &lr)?;
+    outputs.push(norm);
+    let apply = build(&graph, &outputs)?.donate_range(0..n + state_spec.len())?;
+
+    Ok(AccumulationPrograms {
+        first,
+        accumulate,
+        apply,
+        state_spec,
+        metrics,
+    })
+}
+
+/// How a step's programs run and what they run on: buffers of one device,
+/// or sharded arrays of a partitioned program.
+pub(super) trait Runner {
+    /// The arrays the programs take and return.
+    type Array;
+    /// Runs `program` on `args`.
+    fn run(&self, program: &Executable, args: &[Arg<'_, Self::Array>]) -> Result<Vec<Self::Array>>;
+    /// An f32 scalar placed for `program`.
+    fn scalar(&self, program: &Executable, value: f32) -> Result<Self::Array>;
+    /// Reads an f32 scalar output.
+    fn read(&self, scalar: &Self::Array) -> Result<f32>;
+}
+
+/// Programs of one device, on [`Buffer`]s.
+pub(super) struct OneDevice<'a>(pub &'a Client);
+
+impl Runner for OneDevice<'_> {
+    type Array = Buffer;
+    fn run(&self, program: &Executable, args: &[Arg<'_>]) -> Result<Vec<Buffer>> {
+        program.execute_args(args)
+    }
+    fn scalar(&self, program: &Executable, value: f32) -> Result<Buffer> {
+        scalar_on(self.0, program, value)
+    }
+    fn read(&self, scalar: &Buffer) -> Result<f32> {
+        read_scalar(scalar)
+    }
+}
+
+/// The compiled accumulation programs.
+pub(super) struct Accumulation {
+    pub first: Executable,
+    pub accumulate: Executable,
+    pub apply: Executable,
+    /// Parameters.
+    pub params: usize,
+    /// Metrics of the loss function.
+    pub metrics: usize,
+}
+
+impl Accumulation {
+    /// One optimizer step over `micro_batches` (at least one), in place on
+    /// `params` and `optimizer`.
+    pub fn step<R: Runner>(
+        &self,
+        runner: &R,
+        params: &mut Vec<R::Array>,
+        optimizer: &mut Vec<R::Array>,
+        micro_batches: &[Vec<&R::Array>],
+        lr: f32,
+    ) -> Result<StepMetrics> {
+        let (first, rest) = micro_batches.split_first().ok_or_else(|| Error::Trace {
+            op: "train_step",
+            message: "needs at least one micro-batch".to_string(),
+        })?;
+        let read_all = |arrays: &[R::Array]| arrays.iter().map(|a| runner.read(a)).collect::<Result<Vec<_>>>();
+        let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Borrow).collect();
+        args.extend(first.iter().map(|&b| Arg::Borrow(b)));
+        let mut acc = runner.run(&self.first, &args)?;
+        let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
+        let mut loss_sum = runner.read(&acc.pop().expect("loss output"))?;
+        for batch in rest {
+            let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Borrow).collect();
+            args.extend(acc.iter().map(Arg::Donate));
+            args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+            let mut out = runner.run(&self.accumulate, &args)?;
+            let more = read_all(&out.split_off(out.len() - self.metrics))?;
+            metrics.iter_mut().zip(more).for_each(|(sum, m)| *sum += m);
+            loss_sum += runner.read(&out.pop().expect("loss output"))?;
+            acc = out;
+        }
+        let count = micro_batches.len() as f32;
+        let lr = runner.scalar(&self.apply, lr)?;
+        let scale = runner.scalar(&self.apply, 1.0 / count)?;
+        let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Donate).collect();
+        args.extend(optimizer.iter().map(Arg::Donate));
+        args.extend(acc.iter().map(Arg::Borrow));
+        args.push(Arg::Borrow(&lr));
+        args.push(Arg::Borrow(&scale));
+        let mut outputs = runner.run(&self.apply, &args)?;
+        let norm = outputs.pop().expect("grad norm output");
+        *optimizer = outputs.split_off(self.params);
+        *params = outputs;
+        Ok(StepMetrics {
+            loss: loss_sum / count,
+            grad_norm: runner.read(&norm)?,
+            metrics,
+        })
+    }
+}
+
 /// A training step over several micro-batches whose gradients are averaged
 /// before one optimizer update.
 pub struct AccumulatingTrainStep {
     client: Client,
-    first: Executable,
-    accumulate: Executable,
-    apply: Executable,
+    programs: Accumulation,
     state_spec: Vec<(String, TensorType)>,
-    params: usize,
-    metrics: usize,
 }
 
 impl AccumulatingTrainStep {
@@ -308,113 +460,34 @@ impl AccumulatingTrainStep {
         spec: &TrainStepSpec<'_>,
         loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
     ) -> Result<AccumulatingTrainStep> {
-        let n = spec.params.len();
-        let state_spec = spec.optimizer.state_spec(&spec.params);
-
-        // (params, batch) → (grads, loss)
-        let first = trace_loss("grad_first", spec, &loss_fn, |_| Ok(()))?;
-        let metrics = first.metrics.len();
-        let mut outputs = first.grads.clone();
-        outputs.push(first.loss.clone());
-        outputs.extend(first.metrics.iter().cloned());
-        let first = build(&first.graph, &outputs)?;
-
-        // (params, acc, batch) → (acc + grads, loss), acc donated
-        let mut acc = Vec::new();
-        let more = trace_loss("grad_accumulate", spec, &loss_fn, |graph| {
-            acc = spec
-                .params
-                .iter()
-                .map(|t| graph.parameter(t.dtype, &t.dims))
-                .collect::<Result<_>>()?;
-            Ok(())
-        })?;
-        let mut outputs = acc
-            .iter()
-            .zip(&more.grads)
-            .map(|(a, g)| a.add(g))
-            .collect::<Result<Vec<_>>>()?;
-        outputs.push(more.loss.clone());
-        outputs.extend(more.metrics.iter().cloned());
-        let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
-
-        // (params, state, acc, lr, scale) → (params', state', grad_norm)
-        let graph = Graph::new("apply_update");
-        let params = spec
-            .params
-            .iter()
-            .map(|t| graph.parameter(t.dtype, &t.dims))
-            .collect::<Result<Vec<_>>>()?;
-        let state = state_parameters(&graph, &state_spec)?;
-        let acc = spec
-            .params
-            .iter()
-            .map(|t| graph.parameter(t.dtype, &t.dims))
-            .collect::<Result<Vec<_>>>()?;
-        let lr = graph.parameter(ElementType::F32, &[])?;
-        let scale = graph.parameter(ElementType::F32, &[])?;
-        let mean = acc
-            .iter()
-            .map(|a| a.mul(&scale.convert(a.dtype())?))
-            .collect::<Result<Vec<_>>>()?;
-        let (mut outputs, norm) = trace_update(spec, &params, &mean, &state, &lr)?;
-        outputs.push(norm);
-        let apply = build(&graph, &outputs)?.donate_range(0..n + state_spec.len())?;
-
+        let traced = trace_accumulation(spec, &loss_fn)?;
         Ok(AccumulatingTrainStep {
             client: client.clone(),
-            first: first.compile(client)?,
-            accumulate: accumulate.compile(client)?,
-            apply: apply.compile(client)?,
-            state_spec,
-            params: n,
-            metrics,
+            programs: Accumulation {
+                first: traced.first.compile(client)?,
+                accumulate: traced.accumulate.compile(client)?,
+                apply: traced.apply.compile(client)?,
+                params: spec.params.len(),
+                metrics: traced.metrics,
+            },
+            state_spec: traced.state_spec,
         })
     }
 
     /// A training state from parameter buffers, with zeroed optimizer state.
     pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        init_state(&self.client, &self.apply, &self.state_spec, params)
+        init_state(&self.client, &self.programs.apply, &self.state_spec, params)
     }
 
     /// One optimizer step over `micro_batches` (at least one), in place.
     pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
-        let (first, rest) = micro_batches.split_first().ok_or_else(|| Error::Trace {
-            op: "train_step",
-            message: "needs at least one micro-batch".to_string(),
-        })?;
-        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
-        args.extend(first.iter().map(|&b| Arg::Borrow(b)));
-        let mut acc = self.first.execute_args(&args)?;
-        let mut metrics = read_scalars(&acc.split_off(acc.len() - self.metrics))?;
-        let mut loss_sum = read_scalar(&acc.pop().expect("loss output"))?;
-        for batch in rest {
-            let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Borrow).collect();
-            args.extend(acc.iter().map(Arg::Donate));
-            args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
-            let mut out = self.accumulate.execute_args(&args)?;
-            let more = read_scalars(&out.split_off(out.len() - self.metrics))?;
-            metrics.iter_mut().zip(more).for_each(|(sum, m)| *sum += m);
-            loss_sum += read_scalar(&out.pop().expect("loss output"))?;
-            acc = out;
-        }
-        let count = micro_batches.len() as f32;
-        let lr = scalar_on(&self.client, &self.apply, lr)?;
-        let scale = scalar_on(&self.client, &self.apply, 1.0 / count)?;
-        let mut args: Vec<Arg<'_>> = state.params.iter().map(Arg::Donate).collect();
-        args.extend(state.optimizer.iter().map(Arg::Donate));
-        args.extend(acc.iter().map(Arg::Borrow));
-        args.push(Arg::Borrow(&lr));
-        args.push(Arg::Borrow(&scale));
-        let mut outputs = self.apply.execute_args(&args)?;
-        let norm = outputs.pop().expect("grad norm output");
-        state.optimizer = outputs.split_off(self.params);
-        state.params = outputs;
-        Ok(StepMetrics {
-            loss: loss_sum / count,
-            grad_norm: read_scalar(&norm)?,
-            metrics,
-        })
+        self.programs.step(
+            &OneDevice(&self.client),
+            &mut state.params,
+            &mut state.optimizer,
+            micro_batches,
+            lr,
+        )
     }
 }
 
@@ -452,8 +525,4 @@ fn scalar_on(client: &Client, executable: &Executable, value: f32) -> Result<Buf
 
 fn read_scalar(buffer: &Buffer) -> Result<f32> {
     Ok(buffer.to_host::<f32>()?[0])
-}
-
-fn read_scalars(buffers: &[Buffer]) -> Result<Vec<f32>> {
-    buffers.iter().map(read_scalar).collect()
 }

@@ -5,10 +5,11 @@
 //! programs), cut into micro-batches of a fixed number of rows (the last
 //! one padded with empty rows that count for nothing).
 
-use grpo_xla::{Buffer, Client, Pred};
+use grpo_xla::{Client, Pred};
 
 use crate::error::{Error, Result};
 use crate::loss::LossType;
+use crate::placement::{BatchInputs, Placement};
 use crate::trainer::MicroBatchShape;
 
 /// The smallest token bucket.
@@ -48,33 +49,29 @@ pub struct MicroBatch {
 }
 
 impl MicroBatch {
-    /// Its device inputs in [`crate::trainer::batch_types`] order, with the
-    /// loss `normalizer` this micro-batch divides by.
-    pub fn upload(&self, client: &Client, normalizer: f32) -> Result<Vec<Buffer>> {
-        let device = client.device(0)?;
+    /// Its inputs on `placement` in [`crate::trainer::batch_types`] order,
+    /// with the loss `normalizer` this micro-batch divides by.
+    pub fn upload(&self, client: &Client, placement: &Placement, normalizer: f32) -> Result<BatchInputs> {
         let s = self.shape;
         let (b, c) = (s.rows as i64, s.completion_tokens as i64);
-        let mut inputs = self.upload_tokens(client)?;
-        inputs.extend([
-            client.buffer_from_host(&self.behaviour, &[b, c], device)?,
-            client.buffer_from_host(&self.advantages, &[b], device)?,
-            client.buffer_from_host(&[normalizer], &[], device)?,
-        ]);
+        let mut inputs = self.upload_tokens(client, placement)?;
+        placement.push(client, &mut inputs, &self.behaviour, &[b, c])?;
+        placement.push(client, &mut inputs, &self.advantages, &[b])?;
+        placement.push(client, &mut inputs, &[normalizer], &[])?;
         Ok(inputs)
     }
 
-    /// Its first three device inputs: `ids`, `attention`, `completion`
-    /// (all a loss over completion tokens needs; see [`crate::sft`]).
-    pub fn upload_tokens(&self, client: &Client) -> Result<Vec<Buffer>> {
-        let device = client.device(0)?;
+    /// Its first three inputs on `placement`: `ids`, `attention`,
+    /// `completion` (all a loss over completion tokens needs; see [`crate::sft`]).
+    pub fn upload_tokens(&self, client: &Client, placement: &Placement) -> Result<BatchInputs> {
         let s = self.shape;
         let (b, t, c) = (s.rows as i64, s.tokens() as i64, s.completion_tokens as i64);
         let attention: Vec<Pred> = self.attention.iter().map(|&a| Pred::from(a)).collect();
-        Ok(vec![
-            client.buffer_from_host(&self.ids, &[b, t], device)?,
-            client.buffer_from_host(&attention, &[b, t], device)?,
-            client.buffer_from_host(&self.completion, &[b, c], device)?,
-        ])
+        let mut inputs = placement.inputs();
+        placement.push(client, &mut inputs, &self.ids, &[b, t])?;
+        placement.push(client, &mut inputs, &attention, &[b, t])?;
+        placement.push(client, &mut inputs, &self.completion, &[b, c])?;
+        Ok(inputs)
     }
 }
 

@@ -33,10 +33,10 @@ pub struct CheckpointParts<'a> {
     pub config: &'a ModelConfig,
     /// The tokenizer (its files are copied in).
     pub tokenizer: &'a Tokenizer,
-    /// Parameters with their names.
-    pub params: Vec<(&'a str, &'a Buffer)>,
-    /// Optimizer state with its names.
-    pub optimizer: Vec<(&'a str, &'a Buffer)>,
+    /// Parameters with their names, on the host.
+    pub params: Vec<(String, HostTensor)>,
+    /// Optimizer state with its names, on the host.
+    pub optimizer: Vec<(String, HostTensor)>,
     /// The loop's state.
     pub state: serde_json::Value,
 }
@@ -92,7 +92,7 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    let tensors = host_tensors::<BTreeMap<_, _>>(&parts.params)?;
+    let tensors: BTreeMap<_, _> = parts.params.iter().cloned().collect();
     grpo_model::pretrained::write_model_dir(
         &staging,
         &parts.config.to_hf_json(),
@@ -100,10 +100,8 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
         &tensors,
         parts.tokenizer,
     )?;
-    save_safetensors(
-        staging.join(OPTIMIZER_FILE),
-        &host_tensors::<BTreeMap<_, _>>(&parts.optimizer)?,
-    )?;
+    let optimizer: BTreeMap<_, _> = parts.optimizer.iter().cloned().collect();
+    save_safetensors(staging.join(OPTIMIZER_FILE), &optimizer)?;
     let state_path = staging.join(STATE_FILE);
     let text = serde_json::to_string_pretty(&parts.state).map_err(|e| Error::Data {
         path: state_path.clone(),
@@ -118,9 +116,14 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Writes the policy alone as a Hugging Face folder at `dir` (e.g.
-/// `OUT/final/`), atomically through a staging sibling.
-pub fn save_model(dir: &Path, config: &ModelConfig, tokenizer: &Tokenizer, params: &[(&str, &Buffer)]) -> Result<()> {
+/// Writes the policy (named host tensors) alone as a Hugging Face folder at
+/// `dir` (e.g. `OUT/final/`), atomically through a staging sibling.
+pub fn save_model(
+    dir: &Path,
+    config: &ModelConfig,
+    tokenizer: &Tokenizer,
+    params: Vec<(String, HostTensor)>,
+) -> Result<()> {
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
     let staging = dir.with_file_name(format!(".{name}.partial-{}", std::process::id()));
     if staging.exists() {
@@ -130,7 +133,7 @@ pub fn save_model(dir: &Path, config: &ModelConfig, tokenizer: &Tokenizer, param
         &staging,
         &config.to_hf_json(),
         config,
-        &host_tensors::<BTreeMap<_, _>>(params)?,
+        &params.into_iter().collect(),
         tokenizer,
     )?;
     if dir.exists() {
@@ -253,7 +256,7 @@ pub struct TrainingCheckpoint<'a> {
     /// The optimizer, for the names of its state.
     pub optimizer: &'a dyn Optimizer,
     /// Parameters and optimizer state.
-    pub state: &'a grpo_xla::trace::TrainState,
+    pub state: &'a crate::placement::LearnerState,
     /// The loop's state (`trainer_state.json`).
     pub loop_state: serde_json::Value,
 }
@@ -263,9 +266,9 @@ impl TrainingCheckpoint<'_> {
     pub fn save(self, out: &Path) -> Result<PathBuf> {
         let names = optimizer_names(self.decoder, self.optimizer);
         let optimizer = names
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .zip(&self.state.optimizer)
+            .into_iter()
+            .map(|(name, _)| name)
+            .zip(self.state.host_optimizer()?)
             .collect();
         save(
             out,
@@ -273,7 +276,7 @@ impl TrainingCheckpoint<'_> {
                 step: self.step,
                 config: self.model.0,
                 tokenizer: self.model.1,
-                params: named_params(self.decoder, &self.state.params),
+                params: self.state.host_params(self.decoder)?,
                 optimizer,
                 state: self.loop_state,
             },

@@ -32,9 +32,10 @@ impl CompletionLogprobs {
     }
 
     /// `[rows, C]` log-probs of the completion columns of the micro-batch
-    /// whose device inputs (as [`crate::batch::MicroBatch::upload`] makes
-    /// them) are `inputs`, under the f32 weights `params`.
-    pub fn run(&mut self, params: &[Buffer], shape: MicroBatchShape, inputs: &[Buffer]) -> Result<Buffer> {
+    /// of `shape` whose token ids and attention mask (the first two inputs
+    /// [`crate::batch::MicroBatch::upload`] makes) are `tokens`, under the
+    /// f32 weights `params`, all on the client's first device.
+    pub fn run(&mut self, params: &[&Buffer], shape: MicroBatchShape, tokens: [&Buffer; 2]) -> Result<Buffer> {
         if !self.programs.contains_key(&shape) {
             let (b, t) = (shape.rows as i64, shape.tokens() as i64);
             let graph = Graph::new(&format!("completion_logprobs_{b}x{t}"));
@@ -47,8 +48,8 @@ impl CompletionLogprobs {
             let program = graph.build(&[&logprobs])?.compile(&self.client)?;
             self.programs.insert(shape, program);
         }
-        let mut args: Vec<&Buffer> = params.iter().collect();
-        args.extend([&inputs[0], &inputs[1]]);
+        let mut args = params.to_vec();
+        args.extend(tokens);
         let mut out = self.programs[&shape].execute(&args)?;
         Ok(out.remove(0))
     }

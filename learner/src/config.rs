@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use grpo_rollout::worker::{PushOptions, WireDtype};
 use grpo_xla::ElementType;
+use grpo_xla::trace::Parallelism;
 
 use crate::advantage::ScaleRewards;
 use crate::data::{Example, load_jsonl, split, to_chat};
@@ -269,6 +270,11 @@ pub struct TrainerSection {
     /// Greedy eval on the held-out rows before the first step, every this
     /// many steps and after the last (0: never). Default 10.
     pub eval_every: usize,
+    /// How the learner spans devices: "none" (one device; default), "data"
+    /// or "fsdp" (see [`learner_parallelism`]).
+    pub parallelism: String,
+    /// Devices of an SPMD learner (0: all the client's). Default 0.
+    pub devices: usize,
 }
 
 impl Default for TrainerSection {
@@ -278,8 +284,52 @@ impl Default for TrainerSection {
             micro_batch_size: 16,
             compute_dtype: "f32".to_string(),
             eval_every: 10,
+            parallelism: "none".to_string(),
+            devices: 0,
         }
     }
+}
+
+impl TrainerSection {
+    /// The learner's SPMD layout on a client of `available` devices.
+    pub fn parallelism(&self, available: usize) -> Result<Option<Parallelism>> {
+        learner_parallelism(&self.parallelism, self.devices, available)
+    }
+}
+
+/// Checks `[trainer] parallelism`'s name: `None` for "none", whether it
+/// is FSDP for "data" and "fsdp".
+pub fn parallelism_kind(kind: &str) -> Result<Option<bool>> {
+    choice(
+        "trainer.parallelism",
+        kind,
+        &[("none", None), ("data", Some(false)), ("fsdp", Some(true))],
+    )
+}
+
+/// The learner's SPMD layout from `[trainer] parallelism` and `devices`
+/// on a client of `available` devices: `None` for "none"; "data" (batch
+/// rows split over the devices, parameters and AdamW state replicated) or
+/// "fsdp" (parameters, gradients and AdamW state split too) over `devices`
+/// devices, 0 meaning all of them.
+pub fn learner_parallelism(kind: &str, devices: usize, available: usize) -> Result<Option<Parallelism>> {
+    let Some(fsdp) = parallelism_kind(kind)? else {
+        return Ok(None);
+    };
+    let devices = if devices == 0 { available } else { devices };
+    if devices < 2 || devices > available {
+        return Err(invalid(
+            "trainer.devices",
+            format!(
+                "{devices}: parallelism over 2 to {available} devices, the client's (on CPU, `--cpu-devices N` makes N)"
+            ),
+        ));
+    }
+    Ok(Some(if fsdp {
+        Parallelism::Fsdp { devices }
+    } else {
+        Parallelism::DataParallel { devices }
+    }))
 }
 
 /// `[checkpoint]`.
@@ -586,6 +636,8 @@ impl RunConfig {
             )?,
         };
         config.loss.validate()?;
+        // The layout's name now; its devices once the client exists.
+        parallelism_kind(&self.trainer.parallelism)?;
         if a.num_iterations == 0 {
             return Err(invalid("algorithm.num_iterations", "0: at least 1".to_string()));
         }

@@ -8,11 +8,13 @@
 //! next policy version ([`crate::fleet`]: in memory to the in-process
 //! engine, over gRPC to workers).
 //!
-//! The learner keeps f32 master weights and AdamW state on its device
-//! (donated, updated in place); an in-process engine shares the device and
-//! holds its own copy of the weights in its dtype. Memory per step beyond
-//! those: the step's completions, their micro-batches and one host copy of
-//! the weights while they are sent.
+//! The learner keeps f32 master weights and AdamW state on its device, or
+//! sharded over several ([`crate::placement`]), donated and updated in
+//! place; an in-process engine shares the first device and holds its own
+//! copy of the weights in its dtype. Memory per step beyond those: the
+//! step's completions, their micro-batches and one host copy of the
+//! weights while they are sent (plus, under FSDP with μ > 1, one gathered
+//! copy on the first device while the old log-probs are computed).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,20 +23,22 @@ use std::time::Instant;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
-use grpo_xla::trace::{AdamW, StepMetrics, TrainState};
+use grpo_xla::trace::{AdamW, StepMetrics};
 use grpo_xla::{Buffer, Client, ElementType};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{Rollout, pack};
-use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, host_tensors, named_params, optimizer_names};
+use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, named_params, optimizer_names};
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, Weights};
 use crate::loss::GrpoLoss;
+use crate::placement::{BatchInputs, LearnerState, Placement};
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
@@ -170,7 +174,8 @@ pub struct GrpoLoop {
     config: GrpoConfig,
     sampler: SamplerState,
     data_seed: u64,
-    state: TrainState,
+    placement: Placement,
+    state: LearnerState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
     logprobs_programs: CompletionLogprobs,
     reference: Option<Vec<Buffer>>,
@@ -193,8 +198,12 @@ pub struct GrpoParts {
     pub data: Vec<Example>,
     /// The seed of the prompt order.
     pub data_seed: u64,
-    /// The learner's initial weights: f32, in the decoder's order.
+    /// The learner's initial weights: f32 on the client's first device, in
+    /// the decoder's order.
     pub params: Vec<Buffer>,
+    /// Where the learner keeps its state and batches (one device, or
+    /// sharded over several).
+    pub placement: Placement,
     /// The frozen reference policy of the KL term (f32, the decoder's
     /// order): required when β > 0, unused otherwise.
     pub reference: Option<Vec<Buffer>>,
@@ -205,26 +214,22 @@ pub struct GrpoParts {
 pub struct Resume {
     /// The loop state.
     pub state: LoopState,
-    /// The optimizer state, in [`grpo_xla::trace::Optimizer::state_spec`] order (empty before the first step).
-    pub optimizer: Vec<Buffer>,
+    /// The optimizer state, in [`grpo_xla::trace::Optimizer::state_spec`]
+    /// order (empty before the first step), on the host until the loop
+    /// lays it out on its placement.
+    pub optimizer: Vec<HostTensor>,
 }
 
 impl Resume {
-    /// The loop and optimizer state of `checkpoint`, uploaded.
-    pub fn from_checkpoint(
-        checkpoint: &LoadedCheckpoint,
-        client: &Client,
-        decoder: &Decoder,
-        optimizer: &AdamW,
-    ) -> Result<Resume> {
+    /// The loop and optimizer state of `checkpoint`, checked against the model.
+    pub fn from_checkpoint(checkpoint: &LoadedCheckpoint, decoder: &Decoder, optimizer: &AdamW) -> Result<Resume> {
         let state: LoopState = serde_json::from_value(checkpoint.state.clone()).map_err(|e| Error::Data {
             path: checkpoint.dir.join(crate::checkpoint::STATE_FILE),
             line: 0,
             message: format!("not a grpo run's loop state: {e}"),
         })?;
-        let device = client.device(0)?;
         let names = optimizer_names(decoder, optimizer);
-        let buffers = if checkpoint.optimizer.is_empty() {
+        let tensors = if checkpoint.optimizer.is_empty() {
             Vec::new()
         } else {
             names
@@ -245,13 +250,13 @@ impl Resume {
                             message: format!("`{name}` has shape {dims:?}, the model needs {:?}", ty.dims),
                         });
                     }
-                    Ok(client.buffer_from_host(&tensor.data, &dims, device)?)
+                    Ok(tensor.clone())
                 })
                 .collect::<Result<Vec<_>>>()?
         };
         Ok(Resume {
             state,
-            optimizer: buffers,
+            optimizer: tensors,
         })
     }
 }
@@ -273,8 +278,10 @@ impl GrpoLoop {
             data,
             data_seed,
             params,
+            placement,
             reference,
         } = parts;
+        placement.check_rows(config.micro_batch_rows)?;
         if (config.loss.beta > 0.0) != reference.is_some() {
             return Err(Error::Config {
                 field: "algorithm.beta",
@@ -340,6 +347,7 @@ impl GrpoLoop {
             version: step as u64,
         };
         let logprobs_programs = CompletionLogprobs::new(&client, &decoder);
+        let state = placement.state(&client, params, &optimizer)?;
         Ok(GrpoLoop {
             logprobs_programs,
             reference,
@@ -349,7 +357,8 @@ impl GrpoLoop {
             config,
             sampler,
             data_seed,
-            state: TrainState { params, optimizer },
+            placement,
+            state,
             steps: HashMap::new(),
             step,
         })
@@ -411,7 +420,7 @@ impl GrpoLoop {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors: Weights = host_tensors(&named_params(&self.decoder, &self.state.params))?;
+        let tensors: Weights = self.state.host_params(&self.decoder)?.into();
         let sync = self
             .rollouts
             .update_weights(self.step as u64 + 1, tensors)?
@@ -531,30 +540,32 @@ impl GrpoLoop {
         let mut uploaded = batch
             .micro_batches
             .iter()
-            .map(|m| m.upload(&self.client, share))
+            .map(|m| m.upload(&self.client, &self.placement, share))
             .collect::<Result<Vec<_>>>()?;
         let iterations = c.iterations;
-        for inputs in &mut uploaded {
-            // After the six batch inputs: the old log-probs, then the reference's.
-            if iterations > 1 {
-                let old = self.logprobs_programs.run(&self.state.params, shape, inputs)?;
-                inputs.push(old);
-            }
-            if let Some(reference) = &self.reference {
-                let logprobs = self.logprobs_programs.run(reference, shape, inputs)?;
-                inputs.push(logprobs);
+        // After the six batch inputs: the old log-probs, then the reference's.
+        if iterations > 1 {
+            let (client, placement, programs) = (&self.client, &self.placement, &mut self.logprobs_programs);
+            self.state.with_params_on_one_device(client, |params| {
+                for (inputs, micro) in uploaded.iter_mut().zip(&batch.micro_batches) {
+                    let old = run_on_tokens(client, programs, params, micro, inputs)?;
+                    placement.push_buffer(client, inputs, old)?;
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(reference) = &self.reference {
+            let params: Vec<&Buffer> = reference.iter().collect();
+            for (inputs, micro) in uploaded.iter_mut().zip(&batch.micro_batches) {
+                let logprobs = run_on_tokens(&self.client, &mut self.logprobs_programs, &params, micro, inputs)?;
+                self.placement.push_buffer(&self.client, inputs, logprobs)?;
             }
         }
         self.compile_step(shape, count)?;
         let step = &self.steps[&(shape, count > 1)];
-        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
-        if self.state.optimizer.is_empty() {
-            let params = std::mem::take(&mut self.state.params);
-            self.state = step.init_state(params)?;
-        }
-        let mut metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        let mut metrics = step.step(&mut self.state, &uploaded, lr as f32)?;
         for _ in 1..iterations {
-            metrics = step.step(&mut self.state, &refs, lr as f32)?;
+            metrics = step.step(&mut self.state, &uploaded, lr as f32)?;
         }
         Ok((metrics, batch.tokens))
     }
@@ -575,7 +586,7 @@ impl GrpoLoop {
                 optimizer: &self.config.optimizer,
                 max_grad_norm: self.config.max_grad_norm,
             };
-            let step = GrpoStep::compile(&self.client, &self.decoder, &config, shape, count)?;
+            let step = GrpoStep::compile(&self.client, &self.decoder, &config, &self.placement, shape, count)?;
             self.steps.insert(key, step);
         }
         Ok(())
@@ -586,13 +597,36 @@ impl GrpoLoop {
         self.steps.len()
     }
 
-    /// The learner's current parameters (f32, the decoder's order).
-    pub fn params(&self) -> &[Buffer] {
-        &self.state.params
+    /// The learner's current parameters as named f32 host tensors (the
+    /// decoder's order), gathered from their shards.
+    pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
+        self.state.host_params(&self.decoder)
     }
 
-    /// The parameters with their names.
-    pub fn named_params(&self) -> Vec<(&str, &Buffer)> {
-        named_params(&self.decoder, &self.state.params)
+    /// Device bytes of parameters and optimizer state held by each of the
+    /// learner's devices.
+    pub fn state_bytes_per_device(&self) -> Vec<usize> {
+        self.state.device_bytes()
+    }
+}
+
+/// Runs a log-prob program on `micro`'s tokens: the first two of `inputs`
+/// on one device, else `micro`'s ids and mask uploaded to the client's
+/// first device.
+fn run_on_tokens(
+    client: &Client,
+    programs: &mut CompletionLogprobs,
+    params: &[&Buffer],
+    micro: &crate::batch::MicroBatch,
+    inputs: &BatchInputs,
+) -> Result<Buffer> {
+    let shape = micro.shape;
+    match inputs {
+        BatchInputs::OneDevice(buffers) => programs.run(params, shape, [&buffers[0], &buffers[1]]),
+        BatchInputs::Sharded(_) => {
+            let first_device = Placement::OneDevice(client.device(0)?.clone());
+            let tokens = micro.upload_tokens(client, &first_device)?.into_one_device()?;
+            programs.run(params, shape, [&tokens[0], &tokens[1]])
+        }
     }
 }

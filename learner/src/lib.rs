@@ -49,6 +49,7 @@ mod error;
 pub mod fleet;
 pub mod grpo;
 pub mod loss;
+pub mod placement;
 pub mod plot;
 pub mod record;
 pub mod rollouts;

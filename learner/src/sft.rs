@@ -30,19 +30,21 @@ use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_xla::trace::{AdamW, Optimizer, StepMetrics, Tensor, TrainState, TrainStepSpec};
+use grpo_model::weights::HostTensor;
+use grpo_xla::trace::{AdamW, Optimizer, Parallelism, StepMetrics, Tensor, TrainStepSpec};
 use grpo_xla::{Buffer, Client, ElementType, TensorType};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::batch::{Rollout, StepBatch, pack};
-use crate::checkpoint::{TrainingCheckpoint, named_params};
+use crate::checkpoint::TrainingCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::config::{CheckpointSection, ModelSection, OptimizerSection, RunConfig};
 use crate::data::{Example, PromptSampler};
 use crate::error::{Error, Result};
 use crate::grpo::LoopState;
 use crate::loss::LossType;
+use crate::placement::{BatchInputs, LearnerState, Placement};
 use crate::schedule::{Decay, Schedule};
 use crate::trainer::{MicroBatchShape, TrainProgram, micro_normalizer, param_types};
 
@@ -116,6 +118,18 @@ pub struct SftTrainerSection {
     /// Longest prompt + completion in tokens; longer completions are cut
     /// (TRL's `max_length`), capped by the model's positions. Default 1024.
     pub max_length: usize,
+    /// How the learner spans devices: "none" (default), "data" or "fsdp"
+    /// (as in `grpo run`; [`crate::config::learner_parallelism`]).
+    pub parallelism: String,
+    /// Devices of an SPMD learner (0: all the client's). Default 0.
+    pub devices: usize,
+}
+
+impl SftTrainerSection {
+    /// The learner's SPMD layout on a client of `available` devices.
+    pub fn parallelism(&self, available: usize) -> Result<Option<Parallelism>> {
+        crate::config::learner_parallelism(&self.parallelism, self.devices, available)
+    }
 }
 
 impl Default for SftTrainerSection {
@@ -126,6 +140,8 @@ impl Default for SftTrainerSection {
             micro_batch_size: 8,
             eval_every: 10,
             max_length: 1024,
+            parallelism: "none".to_string(),
+            devices: 0,
         }
     }
 }
@@ -199,6 +215,7 @@ impl SftRunConfig {
         if t.max_length < 2 {
             return Err(invalid("trainer.max_length", format!("{}: at least 2", t.max_length)));
         }
+        crate::config::parallelism_kind(&t.parallelism)?;
         let decay = match o.schedule.as_str() {
             "constant" => Decay::Constant,
             "linear" => Decay::Linear,
@@ -373,6 +390,7 @@ impl SftStep {
         client: &Client,
         decoder: &Decoder,
         config: &SftStepConfig<'_>,
+        placement: &Placement,
         shape: MicroBatchShape,
         micro_batches: usize,
     ) -> Result<SftStep> {
@@ -383,31 +401,32 @@ impl SftStep {
             max_grad_norm: config.max_grad_norm,
         };
         let loss = |params: &[Tensor], batch: &[Tensor]| traced_sft_loss(decoder, params, batch);
-        Ok(SftStep(TrainProgram::compile(client, &spec, micro_batches, loss)?))
+        Ok(SftStep(TrainProgram::compile(
+            client,
+            &spec,
+            placement,
+            micro_batches,
+            loss,
+        )?))
     }
 
-    /// A training state of `params` with zeroed optimizer state.
-    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        self.0.init_state(params)
-    }
-
-    /// One optimizer step over `micro_batches` (inputs as [`sft_batch_types`]).
-    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
+    /// One optimizer step over `micro_batches` (inputs as
+    /// [`sft_batch_types`]), zeroing the optimizer state first if it is empty.
+    pub fn step(&self, state: &mut LearnerState, micro_batches: &[BatchInputs], lr: f32) -> Result<StepMetrics> {
         self.0.step(state, micro_batches, lr)
     }
 }
 
-/// The device inputs of a packed batch's micro-batches, each with its share
-/// of the batch normalizer ([`micro_normalizer`]).
-pub fn upload_batch(client: &Client, batch: &StepBatch) -> Result<Vec<Vec<Buffer>>> {
+/// The inputs of a packed batch's micro-batches on `placement`, each with
+/// its share of the batch normalizer ([`micro_normalizer`]).
+pub fn upload_batch(client: &Client, placement: &Placement, batch: &StepBatch) -> Result<Vec<BatchInputs>> {
     let share = micro_normalizer(batch.normalizer, batch.micro_batches.len());
-    let device = client.device(0)?;
     batch
         .micro_batches
         .iter()
         .map(|m| {
-            let mut inputs = m.upload_tokens(client)?;
-            inputs.push(client.buffer_from_host(&[share], &[], device)?);
+            let mut inputs = m.upload_tokens(client, placement)?;
+            placement.push(client, &mut inputs, &[share], &[])?;
             Ok(inputs)
         })
         .collect()
@@ -447,8 +466,10 @@ pub struct SftParts {
     pub data: Vec<SftExample>,
     /// The seed of the example order.
     pub data_seed: u64,
-    /// The initial weights: f32, in the decoder's order.
+    /// The initial weights: f32 on the client's first device, in the decoder's order.
     pub params: Vec<Buffer>,
+    /// Where the learner keeps its state and batches.
+    pub placement: Placement,
 }
 
 /// The SFT loop: seeded batches over epochs, the compiled step per token
@@ -460,7 +481,8 @@ pub struct SftLoop {
     data: Vec<SftExample>,
     sampler: PromptSampler,
     data_seed: u64,
-    state: TrainState,
+    placement: Placement,
+    state: LearnerState,
     steps: HashMap<(MicroBatchShape, bool), SftStep>,
     scorer: LogprobsRunner,
     step: usize,
@@ -481,18 +503,17 @@ impl SftLoop {
                 ),
             ));
         }
+        parts.placement.check_rows(config.micro_batch_rows)?;
         Ok(SftLoop {
             scorer: LogprobsRunner::new(&parts.client, parts.decoder.clone(), ElementType::F32),
+            state: parts.placement.state(&parts.client, parts.params, &[])?,
+            placement: parts.placement,
             sampler: PromptSampler::new(parts.data.len(), parts.data_seed),
             client: parts.client,
             decoder: parts.decoder,
             config,
             data: parts.data,
             data_seed: parts.data_seed,
-            state: TrainState {
-                params: parts.params,
-                optimizer: Vec::new(),
-            },
             steps: HashMap::new(),
             step: 0,
         })
@@ -519,17 +540,12 @@ impl SftLoop {
                 optimizer: &self.config.optimizer,
                 max_grad_norm: self.config.max_grad_norm,
             };
-            let step = SftStep::compile(&self.client, &self.decoder, &config, shape, count)?;
+            let step = SftStep::compile(&self.client, &self.decoder, &config, &self.placement, shape, count)?;
             self.steps.insert(key, step);
         }
         let step = &self.steps[&key];
-        let uploaded = upload_batch(&self.client, &batch)?;
-        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
-        if self.state.optimizer.is_empty() {
-            let params = std::mem::take(&mut self.state.params);
-            self.state = step.init_state(params)?;
-        }
-        let metrics = step.step(&mut self.state, &refs, lr as f32)?;
+        let uploaded = upload_batch(&self.client, &self.placement, &batch)?;
+        let metrics = step.step(&mut self.state, &uploaded, lr as f32)?;
         self.step += 1;
         Ok(SftReport {
             step: self.step,
@@ -543,6 +559,12 @@ impl SftLoop {
     /// The mean NLL of `examples`' completion tokens under the current
     /// weights (the log-prob program, `micro_batch_rows` pairs at a time).
     pub fn evaluate(&self, examples: &[SftExample]) -> Result<SftEval> {
+        self.state
+            .with_params_on_one_device(&self.client, |params| self.score(params, examples))
+    }
+
+    /// [`SftLoop::evaluate`] under `params` on the client's first device.
+    fn score(&self, params: &[&Buffer], examples: &[SftExample]) -> Result<SftEval> {
         let (mut nll, mut tokens) = (0.0f64, 0usize);
         for chunk in examples.chunks(self.config.micro_batch_rows) {
             // Padded to full chunks with copies of the first, so one program serves.
@@ -551,7 +573,7 @@ impl SftLoop {
                 .map(|e| [e.prompt.clone(), e.completion.clone()].concat())
                 .collect();
             sequences.resize(self.config.micro_batch_rows, sequences[0].clone());
-            let stats = self.scorer.run(&self.state.params, &sequences)?;
+            let stats = self.scorer.run(params, &sequences)?;
             for (e, s) in chunk.iter().zip(&stats) {
                 let first = e.prompt.len() - 1;
                 nll -= s.logprobs[first..first + e.completion.len()]
@@ -590,13 +612,15 @@ impl SftLoop {
         self.steps.len()
     }
 
-    /// The current parameters (f32, the decoder's order).
-    pub fn params(&self) -> &[Buffer] {
-        &self.state.params
+    /// The current parameters as named f32 host tensors (the decoder's
+    /// order), gathered from their shards.
+    pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
+        self.state.host_params(&self.decoder)
     }
 
-    /// The parameters with their names.
-    pub fn named_params(&self) -> Vec<(&str, &Buffer)> {
-        named_params(&self.decoder, &self.state.params)
+    /// Device bytes of parameters and optimizer state held by each of the
+    /// learner's devices.
+    pub fn state_bytes_per_device(&self) -> Vec<usize> {
+        self.state.device_bytes()
     }
 }

@@ -2,7 +2,9 @@
 //! the GRPO loss and its gradient are one XLA program; the global-norm
 //! clipping and AdamW update follow in the same program when the batch is
 //! one micro-batch, else in a third after the gradients accumulated
-//! (grpo-xla's [`TrainStep`] / [`AccumulatingTrainStep`]).
+//! (grpo-xla's [`TrainStep`] / [`AccumulatingTrainStep`]; partitioned over
+//! devices by XLA's SPMD partitioner under `[trainer] parallelism`, see
+//! [`crate::placement`]).
 //!
 //! A micro-batch is `rows` sequences of `P + C` tokens: the prompt
 //! right-aligned in the first `P` (left padding), the completion from
@@ -23,11 +25,15 @@
 //! high-clipped tokens, KL sum, entropy sum (divide by completion tokens).
 
 use grpo_model::decoder::Decoder;
-use grpo_xla::trace::{AccumulatingTrainStep, Optimizer, StepMetrics, Tensor, TrainState, TrainStep, TrainStepSpec};
-use grpo_xla::{Buffer, Client, ElementType, TensorType};
+use grpo_xla::trace::{
+    AccumulatingTrainStep, Optimizer, ShardedAccumulatingTrainStep, ShardedTrainStep, StepMetrics, Tensor, TrainStep,
+    TrainStepSpec,
+};
+use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer, TensorType};
 
 use crate::error::Result;
 use crate::loss::{GrpoLoss, LossInputs, grpo_loss};
+use crate::placement::{BatchInputs, LearnerState, Placement};
 
 /// The shape of one micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,45 +172,94 @@ pub fn param_types(decoder: &Decoder, dtype: ElementType) -> Vec<TensorType> {
 }
 
 /// A compiled train step of any loss: one program when a batch is one
-/// micro-batch, else gradient accumulation (first, accumulate, apply).
-/// The GRPO step and the SFT step ([`crate::sft`]) are both one.
+/// micro-batch, else gradient accumulation (first, accumulate, apply); on
+/// one device or partitioned over the learner's [`Placement`]. The GRPO
+/// step and the SFT step ([`crate::sft`]) are both one.
 pub enum TrainProgram {
     /// Forward, loss, backward, clipping and the update in one program.
     Whole(TrainStep),
     /// Micro-batch gradients accumulated, then the update.
     Accumulating(AccumulatingTrainStep),
+    /// [`TrainProgram::Whole`] partitioned over devices.
+    ShardedWhole(ShardedTrainStep),
+    /// [`TrainProgram::Accumulating`] partitioned over devices.
+    ShardedAccumulating(ShardedAccumulatingTrainStep),
 }
 
 impl TrainProgram {
     /// Traces `loss` (a scalar and its metrics) and compiles the step for
-    /// `micro_batches` micro-batches of `spec.batch`.
+    /// `micro_batches` micro-batches of `spec.batch` on `placement`.
     pub fn compile(
         client: &Client,
         spec: &TrainStepSpec<'_>,
+        placement: &Placement,
         micro_batches: usize,
         loss: impl Fn(&[Tensor], &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)>,
     ) -> Result<TrainProgram> {
-        Ok(if micro_batches <= 1 {
-            TrainProgram::Whole(TrainStep::compile_with_metrics(client, spec, loss)?)
-        } else {
-            TrainProgram::Accumulating(AccumulatingTrainStep::compile_with_metrics(client, spec, loss)?)
+        Ok(match (placement.parallelism(), micro_batches <= 1) {
+            (None, true) => TrainProgram::Whole(TrainStep::compile_with_metrics(client, spec, loss)?),
+            (None, false) => {
+                TrainProgram::Accumulating(AccumulatingTrainStep::compile_with_metrics(client, spec, loss)?)
+            }
+            (Some(parallelism), true) => {
+                TrainProgram::ShardedWhole(ShardedTrainStep::compile_with_metrics(client, spec, parallelism, loss)?)
+            }
+            (Some(parallelism), false) => TrainProgram::ShardedAccumulating(
+                ShardedAccumulatingTrainStep::compile_with_metrics(client, spec, parallelism, loss)?,
+            ),
         })
     }
 
-    /// A training state of `params` with zeroed optimizer state.
-    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        Ok(match self {
-            TrainProgram::Whole(step) => step.init_state(params)?,
-            TrainProgram::Accumulating(step) => step.init_state(params)?,
-        })
-    }
-
-    /// One optimizer step over `micro_batches` (each the step's batch inputs).
-    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
-        Ok(match (self, micro_batches) {
-            (TrainProgram::Whole(step), [batch]) => step.step(state, batch, lr)?,
-            (TrainProgram::Accumulating(step), _) => step.step(state, micro_batches, lr)?,
-            (TrainProgram::Whole(_), _) => {
+    /// One optimizer step over `micro_batches` (each the step's batch
+    /// inputs, on the placement the step was compiled for), zeroing the
+    /// optimizer state first if it is still empty.
+    pub fn step(&self, state: &mut LearnerState, micro_batches: &[BatchInputs], lr: f32) -> Result<StepMetrics> {
+        let one_device = || -> Option<Vec<Vec<&Buffer>>> {
+            micro_batches
+                .iter()
+                .map(|m| match m {
+                    BatchInputs::OneDevice(inputs) => Some(inputs.iter().collect()),
+                    BatchInputs::Sharded(_) => None,
+                })
+                .collect()
+        };
+        let sharded = || -> Option<Vec<Vec<&ShardedBuffer>>> {
+            micro_batches
+                .iter()
+                .map(|m| match m {
+                    BatchInputs::Sharded(inputs) => Some(inputs.iter().collect()),
+                    BatchInputs::OneDevice(_) => None,
+                })
+                .collect()
+        };
+        let zeroed = state.optimizer_is_empty();
+        Ok(match (self, state, micro_batches) {
+            (TrainProgram::Whole(step), LearnerState::OneDevice(state), [_]) => {
+                if zeroed {
+                    *state = step.init_state(std::mem::take(&mut state.params))?;
+                }
+                step.step(state, &one_device().ok_or_else(misplaced)?[0], lr)?
+            }
+            (TrainProgram::Accumulating(step), LearnerState::OneDevice(state), _) => {
+                if zeroed {
+                    *state = step.init_state(std::mem::take(&mut state.params))?;
+                }
+                step.step(state, &one_device().ok_or_else(misplaced)?, lr)?
+            }
+            (TrainProgram::ShardedWhole(step), LearnerState::Sharded(state), [_]) => {
+                if zeroed {
+                    *state = step.init_state(std::mem::take(&mut state.params))?;
+                }
+                step.step(state, &sharded().ok_or_else(misplaced)?[0], lr)?
+            }
+            (TrainProgram::ShardedAccumulating(step), LearnerState::Sharded(state), _) => {
+                if zeroed {
+                    *state = step.init_state(std::mem::take(&mut state.params))?;
+                }
+                step.step(state, &sharded().ok_or_else(misplaced)?, lr)?
+            }
+            (TrainProgram::Whole(_) | TrainProgram::ShardedWhole(_), _, [_]) => return Err(misplaced()),
+            (TrainProgram::Whole(_) | TrainProgram::ShardedWhole(_), _, _) => {
                 return Err(crate::Error::Config {
                     field: "micro_batches",
                     message: format!(
@@ -213,7 +268,16 @@ impl TrainProgram {
                     ),
                 });
             }
+            _ => return Err(misplaced()),
         })
+    }
+}
+
+/// The error of a state or batch on another placement than the step's.
+fn misplaced() -> crate::Error {
+    crate::Error::Config {
+        field: "trainer.parallelism",
+        message: "the step, its state and its batch are on different placements".to_string(),
     }
 }
 
@@ -221,11 +285,12 @@ impl TrainProgram {
 pub struct GrpoStep(TrainProgram);
 
 impl GrpoStep {
-    /// Compiles the step for `micro_batches` micro-batches of `shape`.
+    /// Compiles the step for `micro_batches` micro-batches of `shape` on `placement`.
     pub fn compile(
         client: &Client,
         decoder: &Decoder,
         config: &StepConfig<'_>,
+        placement: &Placement,
         shape: MicroBatchShape,
         micro_batches: usize,
     ) -> Result<GrpoStep> {
@@ -240,16 +305,17 @@ impl GrpoStep {
             let params = in_dtype(params, config.compute)?;
             traced_loss(decoder, &config.loss, config.old, &params, batch)
         };
-        Ok(GrpoStep(TrainProgram::compile(client, &spec, micro_batches, loss)?))
-    }
-
-    /// A training state of `params` with zeroed optimizer state.
-    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        self.0.init_state(params)
+        Ok(GrpoStep(TrainProgram::compile(
+            client,
+            &spec,
+            placement,
+            micro_batches,
+            loss,
+        )?))
     }
 
     /// One optimizer step over `micro_batches` (inputs as [`batch_types`]).
-    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
+    pub fn step(&self, state: &mut LearnerState, micro_batches: &[BatchInputs], lr: f32) -> Result<StepMetrics> {
         self.0.step(state, micro_batches, lr)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use grpo_learner::checkpoint::{CheckpointParts, checkpoint_dir, latest, load, save};
+use grpo_learner::checkpoint::{CheckpointParts, checkpoint_dir, host_tensors, latest, load, save};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
@@ -35,8 +35,8 @@ fn checkpoints_round_trip_and_the_newest_complete_one_is_found() {
         step,
         config: &config,
         tokenizer: &tokenizer,
-        params: names.iter().copied().zip(&params).collect(),
-        optimizer: vec![("m.0", &moments[0]), ("v.0", &moments[1])],
+        params: host_tensors(&names.iter().copied().zip(&params).collect::<Vec<_>>()).unwrap(),
+        optimizer: host_tensors(&[("m.0", &moments[0]), ("v.0", &moments[1])]).unwrap(),
         state: serde_json::json!({"step": step, "sampler": {"epoch": 1, "position": 7}}),
     };
     assert!(latest(out.path()).is_none());

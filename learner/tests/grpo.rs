@@ -1,6 +1,7 @@
 //! The whole on-policy iteration on a tiny fixture model: the reward (the
 //! fraction of completion tokens equal to one target token) rises over a
-//! few dozen steps; every step's weights reach the engine as a new version.
+//! few dozen steps; every step's weights reach the engine as a new version;
+//! data-parallel and FSDP learners over two devices train as one device does.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use grpo_learner::data::{Example, Prompt};
 use grpo_learner::fleet::LocalFleet;
 use grpo_learner::grpo::{GrpoConfig, GrpoLoop, GrpoParts};
 use grpo_learner::loss::GrpoLoss;
+use grpo_learner::placement::Placement;
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
@@ -21,7 +23,7 @@ use grpo_reward::metrics::RewardMetrics;
 use grpo_reward::pool::Entry;
 use grpo_reward::{OnError, RewardPool, Sample, SampleReward, Score};
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_xla::trace::AdamW;
+use grpo_xla::trace::{AdamW, Parallelism};
 use grpo_xla::{Client, ClientOptions, ElementType, Platform};
 
 /// The fraction of a completion's tokens equal to `0`.
@@ -56,11 +58,17 @@ struct Variant {
     iterations: usize,
     beta: f32,
     max_staleness: usize,
+    /// The learner's SPMD layout (`None`: one device).
+    parallelism: Option<Parallelism>,
 }
 
 /// The loop on the tiny fixture model scoring with `reward`.
 fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop {
-    let client = Client::for_platform(Platform::Cpu, ClientOptions::default().compile_cache_dir(None)).unwrap();
+    let devices = variant.parallelism.map_or(1, Parallelism::devices);
+    let options = ClientOptions::default()
+        .compile_cache_dir(None)
+        .cpu_device_count(devices);
+    let client = Client::for_platform(Platform::Cpu, options).unwrap();
     let device = client.device(0).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures");
     let dir = fixtures.join("parity/llama");
@@ -131,6 +139,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         data,
         data_seed: 5,
         params,
+        placement: Placement::new(&client, variant.parallelism).unwrap(),
         reference,
     };
     GrpoLoop::new(parts, config).unwrap()
@@ -166,7 +175,7 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
             ..Variant::default()
         },
     );
-    let before: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let before = flat.host_params().unwrap();
     let (report, rows) = flat.step().unwrap();
     assert_eq!(
         (report.trained_samples, rows.len()),
@@ -174,7 +183,7 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
         "every group dropped, every row logged"
     );
     assert_eq!(report.frac_reward_zero_std, 1.0);
-    let after: Vec<Vec<f32>> = flat.params().iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let after = flat.host_params().unwrap();
     assert!(before == after, "no update without signal");
 
     let mut varied = tiny_loop(
@@ -265,4 +274,77 @@ fn generating_ahead_samples_one_version_behind_and_still_learns() {
     // Evaluation goes through the rollout thread, after the weights sent so far.
     let eval = grpo.evaluate(&prompts()).unwrap();
     assert_eq!(eval.prompts, 4);
+}
+
+/// The fraction of a completion's tokens below 64: it varies within every
+/// group from the first step, so every update has a signal (a zero-signal
+/// step's gradient is round-off, which AdamW's normalisation would blow up
+/// to full-size steps that differ between layouts).
+struct LowTokens;
+
+impl SampleReward for LowTokens {
+    fn score_sample(&self, sample: &Sample) -> grpo_reward::Result<Score> {
+        let ids = &sample.completion_ids;
+        let low = ids.iter().filter(|&&t| t < 64).count();
+        Ok(Score::new(low as f32 / ids.len().max(1) as f32))
+    }
+}
+
+#[test]
+fn data_parallel_and_fsdp_learners_train_as_the_one_device_learner() {
+    // μ = 2 and β > 0: the old and reference log-probs come from the
+    // first device and are cut like the batch; 16 rows in micro-batches of 8.
+    let variant = |parallelism| Variant {
+        iterations: 2,
+        beta: 0.04,
+        parallelism,
+        ..Variant::default()
+    };
+    let run = |parallelism| {
+        let mut grpo = tiny_loop(Arc::new(LowTokens), variant(parallelism));
+        let reports: Vec<_> = (0..3).map(|_| grpo.step().unwrap().0).collect();
+        (reports, grpo.host_params().unwrap(), grpo.state_bytes_per_device())
+    };
+    let (want, want_params, whole) = run(None);
+    for parallelism in [
+        Parallelism::DataParallel { devices: 2 },
+        Parallelism::Fsdp { devices: 2 },
+    ] {
+        let (reports, params, per_device) = run(Some(parallelism));
+        for (got, want) in reports.iter().zip(&want) {
+            assert_eq!(got.reward, want.reward, "{parallelism:?}: the same samples");
+            assert!(
+                (got.loss - want.loss).abs() <= 1e-5 * want.loss.abs().max(1e-3),
+                "{got:?} vs {want:?}"
+            );
+            assert!(
+                (got.kl - want.kl).abs() <= 1e-5 * want.kl.abs().max(1e-6),
+                "{got:?} vs {want:?}"
+            );
+        }
+        let worst = params
+            .iter()
+            .zip(&want_params)
+            .map(|((_, got), (_, want))| {
+                let diff: f64 = got
+                    .data
+                    .iter()
+                    .zip(&want.data)
+                    .map(|(a, b)| f64::from(a - b).powi(2))
+                    .sum();
+                let norm: f64 = want.data.iter().map(|b| f64::from(*b).powi(2)).sum();
+                (diff / norm.max(1e-30)).sqrt()
+            })
+            .fold(0.0, f64::max);
+        println!(
+            "{parallelism:?}: worst parameter relative error after 3 steps {worst:.2e}; state bytes per device {per_device:?} (one device {whole:?})"
+        );
+        assert!(worst <= 1e-5, "{parallelism:?}: {worst}");
+        if let Parallelism::Fsdp { .. } = parallelism {
+            assert!(
+                per_device.iter().all(|&b| b < whole[0] * 6 / 10),
+                "{per_device:?} of {whole:?}"
+            );
+        }
+    }
 }

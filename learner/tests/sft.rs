@@ -2,12 +2,14 @@
 //! the mean completion NLL of the separate log-prob program (prompts of
 //! different lengths, so rows are left-padded differently); two
 //! micro-batches update the parameters as one whole batch does; a few dozen
-//! steps on a tiny set memorise it; the config refuses unknown keys.
+//! steps on a tiny set memorise it; data-parallel and FSDP loops over two
+//! devices match the one-device loop; the config refuses unknown keys.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use grpo_learner::data::{Example, Prompt};
+use grpo_learner::placement::{LearnerState, Placement};
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_learner::sft::{
     SftConfig, SftExample, SftLoop, SftParts, SftRunConfig, SftStep, SftStepConfig, encode_examples, pack_examples,
@@ -19,15 +21,29 @@ use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::Safetensors;
-use grpo_xla::trace::AdamW;
+use grpo_xla::trace::{AdamW, Parallelism};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
-fn client() -> Client {
+fn client_of(devices: usize) -> Client {
     Client::for_platform(
         Platform::Cpu,
-        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+        ClientOptions::default()
+            .compile_cache_dir(None)
+            .cpu_device_count(devices),
     )
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn client() -> Client {
+    client_of(1)
+}
+
+/// The parameters of a one-device state.
+fn params_of(state: &LearnerState) -> &[Buffer] {
+    match state {
+        LearnerState::OneDevice(state) => &state.params,
+        LearnerState::Sharded(_) => panic!("a one-device state was expected"),
+    }
 }
 
 fn fixtures() -> std::path::PathBuf {
@@ -95,44 +111,56 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     let packed = pack_examples(&data, 4, 64).unwrap();
     assert_eq!(packed.tokens, 16);
     assert_eq!(packed.normalizer, 16.0);
-    let whole = SftStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 1).unwrap();
-    let mut state = whole.init_state(params()).unwrap();
-    let inputs = upload_batch(&client, &packed).unwrap();
-    let metrics = whole.step(&mut state, &[inputs[0].iter().collect()], 1e-2).unwrap();
+    let one_device = Placement::new(&client, None).unwrap();
+    let whole = SftStep::compile(
+        &client,
+        &decoder,
+        &config,
+        &one_device,
+        packed.micro_batches[0].shape,
+        1,
+    )
+    .unwrap();
+    let mut state = one_device.state(&client, params(), &[]).unwrap();
+    let inputs = upload_batch(&client, &one_device, &packed).unwrap();
+    let metrics = whole.step(&mut state, &inputs, 1e-2).unwrap();
     let loss = f64::from(metrics.loss);
     assert!((loss - want).abs() < 1e-5 * want, "loss {loss} vs host {want}");
     assert!(
         (f64::from(metrics.metrics[0]) - want * 16.0).abs() < 1e-4 * want * 16.0,
         "NLL sum"
     );
-    let after = host_nll(&runner, &state.params, &data);
+    let after = host_nll(&runner, params_of(&state), &data);
     assert!(after < want, "one step lowers the NLL: {want} → {after}");
 
     // Two micro-batches of two rows: the same loss, norm and update.
     let halves = pack_examples(&data, 2, 64).unwrap();
     assert_eq!(halves.micro_batches.len(), 2);
-    let micro = SftStep::compile(&client, &decoder, &config, halves.micro_batches[0].shape, 2).unwrap();
-    let mut micro_state = micro.init_state(params()).unwrap();
-    let inputs = upload_batch(&client, &halves).unwrap();
-    let refs: Vec<Vec<&Buffer>> = inputs.iter().map(|b| b.iter().collect()).collect();
-    let micro_metrics = micro.step(&mut micro_state, &refs, 1e-2).unwrap();
+    let micro = SftStep::compile(
+        &client,
+        &decoder,
+        &config,
+        &one_device,
+        halves.micro_batches[0].shape,
+        2,
+    )
+    .unwrap();
+    let mut micro_state = one_device.state(&client, params(), &[]).unwrap();
+    let inputs = upload_batch(&client, &one_device, &halves).unwrap();
+    let micro_metrics = micro.step(&mut micro_state, &inputs, 1e-2).unwrap();
     assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
-    for (a, b) in state.params.iter().zip(&micro_state.params) {
+    for (a, b) in params_of(&state).iter().zip(params_of(&micro_state)) {
         for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
     }
 }
 
-#[test]
-fn a_few_dozen_steps_memorise_a_tiny_set() {
-    let client = client();
-    let (decoder, weights) = fixture();
-    let device = client.device(0).unwrap();
-    let params = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
-    let data = examples();
-    let config = SftConfig {
+/// The SFT loop's settings for the tiny set: 4 pairs per step in
+/// micro-batches of 2, a warm-up then cosine decay over 30 steps.
+fn tiny_set_config() -> SftConfig {
+    SftConfig {
         batch_size: 4,
         micro_batch_rows: 2,
         max_length: 64,
@@ -147,15 +175,31 @@ fn a_few_dozen_steps_memorise_a_tiny_set() {
             ..AdamW::default()
         },
         max_grad_norm: Some(1.0),
-    };
+    }
+}
+
+/// The SFT loop on the fixture model over the tiny set, on `parallelism`
+/// over a client of `devices` devices.
+fn tiny_set_loop(devices: usize, parallelism: Option<Parallelism>) -> SftLoop {
+    let client = client_of(devices);
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
     let parts = SftParts {
-        client: client.clone(),
+        placement: Placement::new(&client, parallelism).unwrap(),
+        client,
         decoder,
-        data: data.clone(),
+        data: examples(),
         data_seed: 3,
         params,
     };
-    let mut sft = SftLoop::new(parts, config).unwrap();
+    SftLoop::new(parts, tiny_set_config()).unwrap()
+}
+
+#[test]
+fn a_few_dozen_steps_memorise_a_tiny_set() {
+    let data = examples();
+    let mut sft = tiny_set_loop(1, None);
     let before = sft.evaluate(&data).unwrap();
     let reports: Vec<_> = (0..30).map(|_| sft.step().unwrap()).collect();
     let after = sft.evaluate(&data).unwrap();
@@ -177,6 +221,57 @@ fn a_few_dozen_steps_memorise_a_tiny_set() {
     assert_eq!(reports[29].step, 30);
     assert_eq!(sft.steps_done(), 30);
     assert_eq!(sft.compiled_steps(), 1);
+}
+
+#[test]
+fn data_parallel_and_fsdp_sft_loops_match_the_one_device_loop() {
+    let steps = 5;
+    let run = |devices, parallelism| {
+        let mut sft = tiny_set_loop(devices, parallelism);
+        let reports: Vec<_> = (0..steps).map(|_| sft.step().unwrap()).collect();
+        let eval = sft.evaluate(&examples()).unwrap();
+        (reports, eval, sft.host_params().unwrap(), sft.state_bytes_per_device())
+    };
+    let (want, want_eval, want_params, whole) = run(1, None);
+    for parallelism in [
+        Parallelism::DataParallel { devices: 2 },
+        Parallelism::Fsdp { devices: 2 },
+    ] {
+        let (reports, eval, params, per_device) = run(2, Some(parallelism));
+        for (got, want) in reports.iter().zip(&want) {
+            assert!(
+                (got.loss - want.loss).abs() <= 1e-5 * want.loss,
+                "{parallelism:?}: {got:?} vs {want:?}"
+            );
+            assert!((got.grad_norm - want.grad_norm).abs() <= 1e-4 * want.grad_norm);
+        }
+        assert!((eval.loss - want_eval.loss).abs() <= 1e-5 * want_eval.loss);
+        let worst = params
+            .iter()
+            .zip(&want_params)
+            .map(|((name, got), (_, want))| {
+                let diff: f64 = got
+                    .data
+                    .iter()
+                    .zip(&want.data)
+                    .map(|(a, b)| f64::from(a - b).powi(2))
+                    .sum();
+                let norm: f64 = want.data.iter().map(|b| f64::from(*b).powi(2)).sum();
+                ((diff / norm.max(1e-30)).sqrt(), name.clone())
+            })
+            .fold((0.0, String::new()), |a, b| if b.0 > a.0 { b } else { a });
+        println!(
+            "{parallelism:?}: worst parameter relative error after {steps} steps {worst:?}; bytes per device {per_device:?} (one device: {whole:?})"
+        );
+        assert!(worst.0 <= 1e-5, "{parallelism:?}: {worst:?}");
+        match parallelism {
+            Parallelism::DataParallel { .. } => assert_eq!(per_device, vec![whole[0]; 2]),
+            Parallelism::Fsdp { .. } => assert!(
+                per_device.iter().all(|&b| b < whole[0] * 6 / 10),
+                "{per_device:?} of {whole:?}"
+            ),
+        }
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::path::Path;
 use grpo_learner::advantage::{ScaleRewards, advantages};
 use grpo_learner::batch::{Rollout, pack};
 use grpo_learner::loss::{GrpoLoss, LossType};
+use grpo_learner::placement::{LearnerState, Placement};
 use grpo_learner::trainer::{GrpoStep, OldLogprobs, StepConfig, micro_normalizer};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
@@ -65,7 +66,7 @@ fn rollouts(logprobs: &[Vec<f32>], adv: &[f32]) -> Vec<Rollout> {
 }
 
 /// Mean completion log-prob of each sequence under `params`.
-fn mean_logprobs(runner: &LogprobsRunner, params: &[Buffer]) -> Vec<f64> {
+fn mean_logprobs<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params: &[B]) -> Vec<f64> {
     let seqs = sequences();
     let ids: Vec<Vec<u32>> = seqs.iter().map(|(ids, _)| ids.clone()).collect();
     let stats = runner.run(params, &ids).unwrap();
@@ -117,10 +118,15 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
     assert_eq!(packed.normalizer, normalizer);
     let shape = packed.micro_batches[0].shape;
-    let whole = GrpoStep::compile(&client, &decoder, &config, shape, 1).unwrap();
-    let mut state = whole.init_state(params()).unwrap();
-    let batch = packed.micro_batches[0].upload(&client, normalizer).unwrap();
-    let metrics = whole.step(&mut state, &[batch.iter().collect()], 1e-2).unwrap();
+    let one_device = Placement::new(&client, None).unwrap();
+    let whole = GrpoStep::compile(&client, &decoder, &config, &one_device, shape, 1).unwrap();
+    let mut state = one_device.state(&client, params(), &[]).unwrap();
+    let upload = || {
+        packed.micro_batches[0]
+            .upload(&client, &one_device, normalizer)
+            .unwrap()
+    };
+    let metrics = whole.step(&mut state, &[upload()], 1e-2).unwrap();
     // On-policy the ratio is 1 and nothing is clipped: loss = −Σ_b A_b·|b| / N.
     let want: f64 = -seqs
         .iter()
@@ -150,7 +156,9 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     );
 
     let before = mean_logprobs(&runner, &params());
-    let after = mean_logprobs(&runner, &state.params);
+    let after = state
+        .with_params_on_one_device(&client, |p| Ok(mean_logprobs(&runner, p)))
+        .unwrap();
     for (i, a) in adv.iter().enumerate() {
         let moved = after[i] - before[i];
         assert!(
@@ -160,29 +168,35 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     }
 
     // Two micro-batches of two rows: the same update.
-    let packed = pack(&rollouts(&logprobs, &adv), 2, 64, LossType::Dapo, 8).unwrap();
-    let micro = GrpoStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 2).unwrap();
-    let mut micro_state = micro.init_state(params()).unwrap();
+    let halved = pack(&rollouts(&logprobs, &adv), 2, 64, LossType::Dapo, 8).unwrap();
+    let micro = GrpoStep::compile(
+        &client,
+        &decoder,
+        &config,
+        &one_device,
+        halved.micro_batches[0].shape,
+        2,
+    )
+    .unwrap();
+    let mut micro_state = one_device.state(&client, params(), &[]).unwrap();
     let share = micro_normalizer(normalizer, 2);
-    let halves: Vec<Vec<Buffer>> = packed
+    let halves: Vec<_> = halved
         .micro_batches
         .iter()
-        .map(|m| m.upload(&client, share).unwrap())
+        .map(|m| m.upload(&client, &one_device, share).unwrap())
         .collect();
-    let micro_metrics = micro
-        .step(
-            &mut micro_state,
-            &[halves[0].iter().collect(), halves[1].iter().collect()],
-            1e-2,
-        )
-        .unwrap();
+    let micro_metrics = micro.step(&mut micro_state, &halves, 1e-2).unwrap();
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
-    for (a, b) in state.params.iter().zip(&micro_state.params) {
-        for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
+    let (a, b) = (
+        state.host_params(&decoder).unwrap(),
+        micro_state.host_params(&decoder).unwrap(),
+    );
+    for ((_, a), (_, b)) in a.iter().zip(&b) {
+        for (x, y) in a.data.iter().zip(&b.data) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
     }
-    let error = whole.step(&mut state, &[batch.iter().collect(), batch.iter().collect()], 1e-2);
+    let error = whole.step(&mut state, &[upload(), upload()], 1e-2);
     assert!(error.unwrap_err().to_string().contains("micro_batches"));
 }
 
@@ -204,7 +218,10 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
         .unwrap()
         .values;
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
-    let batch = packed.micro_batches[0].upload(&client, packed.normalizer).unwrap();
+    let one_device = Placement::new(&client, None).unwrap();
+    let batch = packed.micro_batches[0]
+        .upload(&client, &one_device, packed.normalizer)
+        .unwrap();
     let optimizer = AdamW {
         weight_decay: 0.0,
         ..AdamW::default()
@@ -218,9 +235,20 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
             optimizer: &optimizer,
             max_grad_norm: None,
         };
-        let step = GrpoStep::compile(&client, &decoder, &config, packed.micro_batches[0].shape, 1).unwrap();
-        let mut state = step.init_state(params()).unwrap();
-        let metrics = step.step(&mut state, &[batch.iter().collect()], 1e-3).unwrap();
+        let step = GrpoStep::compile(
+            &client,
+            &decoder,
+            &config,
+            &one_device,
+            packed.micro_batches[0].shape,
+            1,
+        )
+        .unwrap();
+        let mut state = one_device.state(&client, params(), &[]).unwrap();
+        let metrics = step.step(&mut state, std::slice::from_ref(&batch), 1e-3).unwrap();
+        let LearnerState::OneDevice(state) = &state else {
+            panic!("a one-device state")
+        };
         let moved: Vec<f32> = state
             .params
             .iter()

@@ -62,7 +62,7 @@ impl LogprobsRunner {
 
     /// Log-probs of every sequence in `sequences` (each at least 2 tokens),
     /// run together as one right-padded batch.
-    pub fn run(&self, params: &[Buffer], sequences: &[Vec<u32>]) -> Result<Vec<TokenStats>> {
+    pub fn run<B: std::borrow::Borrow<Buffer>>(&self, params: &[B], sequences: &[Vec<u32>]) -> Result<Vec<TokenStats>> {
         let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
         if sequences.iter().any(|s| s.len() < 2) {
             return Err(Error::Config {
@@ -98,7 +98,7 @@ impl LogprobsRunner {
         let dims = [batch as i64, length as i64];
         let ids = self.client.buffer_from_host(&ids, &dims, &device)?;
         let mask = self.client.buffer_from_host(&mask, &dims, &device)?;
-        let mut args: Vec<&Buffer> = params.iter().collect();
+        let mut args: Vec<&Buffer> = params.iter().map(B::borrow).collect();
         args.push(&ids);
         args.push(&mask);
         let out = program.execute(&args)?;

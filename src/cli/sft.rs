@@ -16,6 +16,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use grpo_learner::checkpoint::{self, save_model};
 use grpo_learner::data::{load_jsonl, split};
+use grpo_learner::placement::Placement;
 use grpo_learner::sft::{SftEval, SftLoop, SftParts, SftRunConfig, encode_examples};
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
@@ -73,6 +74,7 @@ pub fn run(args: &SftArgs) -> anyhow::Result<()> {
         data: train,
         data_seed: config.data.seed,
         params,
+        placement: Placement::new(&client, config.trainer.parallelism(client.devices().len())?)?,
     };
     let mut sft_loop = SftLoop::new(parts, sft)?;
 
@@ -123,7 +125,7 @@ pub fn run(args: &SftArgs) -> anyhow::Result<()> {
         }
     }
     let final_dir = out.join("final");
-    save_model(&final_dir, &model.config, &tokenizer, &sft_loop.named_params())?;
+    save_model(&final_dir, &model.config, &tokenizer, sft_loop.host_params()?)?;
     eprintln!(
         "the fine-tuned model is in {}; metrics in {}",
         final_dir.display(),

@@ -24,6 +24,7 @@ use grpo_learner::checkpoint::{self, save_model};
 use grpo_learner::config::RunConfig;
 use grpo_learner::fleet::{Fleet, LocalFleet, WorkerFleet};
 use grpo_learner::grpo::{EvalReport, GrpoLoop, GrpoParts, Resume};
+use grpo_learner::placement::Placement;
 use grpo_learner::plot::plot_metrics;
 use grpo_learner::record::RolloutLog;
 use grpo_model::decoder::Decoder;
@@ -165,9 +166,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     let resume = resume_from
         .as_ref()
-        .map(|dir| Resume::from_checkpoint(&checkpoint::load(dir)?, &client, &decoder, &grpo.optimizer))
+        .map(|dir| Resume::from_checkpoint(&checkpoint::load(dir)?, &decoder, &grpo.optimizer))
         .transpose()?;
     let params = upload()?;
+    let placement = Placement::new(&client, config.trainer.parallelism(devices.len())?)?;
     let parts = GrpoParts {
         client: client.clone(),
         decoder,
@@ -177,6 +179,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         data: train,
         data_seed: config.data.seed,
         params,
+        placement,
         reference,
     };
     let mut grpo_loop = GrpoLoop::resume(parts, grpo, resume)?;
@@ -234,7 +237,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     }
     progress.finish();
     let final_dir = out.join("final");
-    save_model(&final_dir, &model.config, &tokenizer, &grpo_loop.named_params())?;
+    save_model(&final_dir, &model.config, &tokenizer, grpo_loop.host_params()?)?;
     let png = out.join("progress.png");
     plot_metrics(metrics.path(), &png)?;
     eprintln!(

@@ -1,7 +1,8 @@
 //! `grpo run` end to end on a tiny random model: what a run writes
 //! (metrics with evals, the rollout log, checkpoints, the final folder, the
 //! plot), config errors naming the key, and a run killed with SIGKILL that
-//! resumes to the same parameters as a run never interrupted.
+//! resumes to the same parameters as a run never interrupted — on one
+//! device and as an FSDP learner over two.
 
 mod common;
 
@@ -90,18 +91,21 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
     );
 }
 
-#[test]
-fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
-    // With a KL term: the resumed run must take its reference from the model, not the checkpoint.
-    let trainer = "max_steps = 8\neval_every = 4\n\n[checkpoint]\nevery = 4\nkeep_last = 0\n\n[algorithm]\nbeta = 0.05";
+/// A run of `trainer` settings killed (SIGKILL) after its checkpoint at
+/// step 4 and resumed ends at step 8 with the same checkpoint, bit for bit,
+/// and the same logs as a run never interrupted (`args` added to both);
+/// returns the folder of the uninterrupted run.
+fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) -> tempfile::TempDir {
     let whole = tempfile::tempdir().unwrap();
-    run_ok(&["run", tiny_run(whole.path(), trainer).to_str().unwrap()]);
+    let config = tiny_run(whole.path(), trainer);
+    run_ok(&[&["run", config.to_str().unwrap()], args].concat());
 
     let killed = tempfile::tempdir().unwrap();
     let config = tiny_run(killed.path(), trainer);
     let out = killed.path().join("out");
     let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
         .args(["run", config.to_str().unwrap()])
+        .args(args)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -125,7 +129,7 @@ fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
     child.wait().unwrap();
     assert!(!out.join("final").exists());
 
-    run_ok(&["run", config.to_str().unwrap(), "--resume"]);
+    run_ok(&[&["run", config.to_str().unwrap(), "--resume"], args].concat());
     let same = |file: &str| {
         let a = std::fs::read(whole.path().join("out/checkpoint-8").join(file)).unwrap();
         let b = std::fs::read(out.join("checkpoint-8").join(file)).unwrap();
@@ -156,6 +160,48 @@ fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
         steps(&whole.path().join("out")),
         "each step logged once, the same"
     );
+    whole
+}
+
+/// The shared settings of the resume tests: 8 steps, checkpoints every 4,
+/// with a KL term (the resumed run must take its reference from the
+/// model, not the checkpoint).
+const RESUMED: &str =
+    "max_steps = 8\neval_every = 4\n\n[checkpoint]\nevery = 4\nkeep_last = 0\n\n[algorithm]\nbeta = 0.05";
+
+#[test]
+fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
+    a_killed_run_resumes_as_if_never_interrupted(RESUMED, &[]);
+}
+
+#[test]
+fn an_fsdp_run_on_two_devices_resumes_to_the_same_parameters() {
+    // Sharded parameters and AdamW state are gathered into the checkpoint
+    // and cut again on resume; two passes per batch gather the parameters
+    // for the old log-probs.
+    let trainer = format!("parallelism = \"fsdp\"\n{RESUMED}\nnum_iterations = 2");
+    let dir = a_killed_run_resumes_as_if_never_interrupted(&trainer, &["--cpu-devices", "2"]);
+    let one_device = tempfile::tempdir().unwrap();
+    run_ok(&["run", tiny_run(one_device.path(), "max_steps = 1").to_str().unwrap()]);
+    let state_bytes = |dir: &Path| -> Vec<u64> {
+        let first_step = lines(&dir.join("out/metrics.jsonl"))
+            .into_iter()
+            .find(|l| l.get("reward").is_some())
+            .unwrap();
+        first_step["learner_state_bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect()
+    };
+    let (sharded, whole) = (state_bytes(dir.path()), state_bytes(one_device.path()));
+    println!("parameters + AdamW state per device: FSDP over 2 {sharded:?} B, one device {whole:?} B");
+    assert_eq!(sharded.len(), 2, "the learner spans two devices");
+    assert!(
+        sharded.iter().all(|&b| b < whole[0] * 6 / 10),
+        "about half each: {sharded:?} of {whole:?}"
+    );
 }
 
 #[test]
@@ -169,6 +215,8 @@ fn bad_configs_are_refused_naming_the_key() {
         ("trainer.typo=3", "typo"),
         ("algorithm.loss_type=\"ppo\"", "loss_type"),
         ("checkpoint.every=-1", "every"),
+        ("trainer.parallelism=\"tensor\"", "trainer.parallelism"),
+        ("trainer.parallelism=\"fsdp\"", "trainer.devices"),
     ] {
         let out = grpo_installed(&["run", config, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -321,7 +321,8 @@ pub fn learner_parallelism(kind: &str, devices: usize, available: usize) -> Resu
         return Err(invalid(
             "trainer.devices",
             format!(
-                "{devices}: parallelism over 2 to {available} devices, the client's (on CPU, `--cpu-devices N` makes N)"
+                "{devices}: `trainer.parallelism` spans 2 or more of the client's devices and the client has \
+                 {available} (on CPU, `--cpu-devices N` makes N)"
             ),
         ));
     }

@@ -36,6 +36,7 @@ fn invalid_values_name_their_key() {
         ("[rollout]\nworker_wait_s = nan\n", "rollout.worker_wait_s"),
         ("[rollout]\nengines = 0\n", "rollout.engines"),
         ("[rollout]\nengines = 2\nworkers = [\"h:1\"]\n", "rollout.engines"),
+        ("[trainer]\nparallelism = \"tensor\"\n", "trainer.parallelism"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()
@@ -112,5 +113,30 @@ fn the_gsm8k_example_reads_chat_prompts_and_scores_reference_solutions() {
             sample[0].completion
         );
         assert_eq!(pair[1].reward, Some(0.0), "a wrong final number");
+    }
+}
+
+#[test]
+fn the_learner_spans_the_devices_its_parallelism_asks_for() {
+    use grpo_learner::config::learner_parallelism;
+    use grpo_xla::trace::Parallelism;
+    assert_eq!(learner_parallelism("none", 0, 4).unwrap(), None);
+    assert_eq!(
+        learner_parallelism("data", 0, 4).unwrap(),
+        Some(Parallelism::DataParallel { devices: 4 }),
+        "0 devices: all the client's"
+    );
+    assert_eq!(
+        learner_parallelism("fsdp", 2, 4).unwrap(),
+        Some(Parallelism::Fsdp { devices: 2 })
+    );
+    for (kind, devices, available, key) in [
+        ("fsdp", 0, 1, "trainer.devices"),
+        ("data", 5, 4, "trainer.devices"),
+        ("fsdp", 1, 4, "trainer.devices"),
+        ("zero3", 2, 4, "trainer.parallelism"),
+    ] {
+        let err = learner_parallelism(kind, devices, available).unwrap_err().to_string();
+        assert!(err.contains(key), "{kind} over {devices} of {available}: {err}");
     }
 }

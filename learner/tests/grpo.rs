@@ -3,6 +3,8 @@
 //! few dozen steps; every step's weights reach the engine as a new version;
 //! data-parallel and FSDP learners over two devices train as one device does.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -322,24 +324,11 @@ fn data_parallel_and_fsdp_learners_train_as_the_one_device_learner() {
                 "{got:?} vs {want:?}"
             );
         }
-        let worst = params
-            .iter()
-            .zip(&want_params)
-            .map(|((_, got), (_, want))| {
-                let diff: f64 = got
-                    .data
-                    .iter()
-                    .zip(&want.data)
-                    .map(|(a, b)| f64::from(a - b).powi(2))
-                    .sum();
-                let norm: f64 = want.data.iter().map(|b| f64::from(*b).powi(2)).sum();
-                (diff / norm.max(1e-30)).sqrt()
-            })
-            .fold(0.0, f64::max);
+        let worst = common::worst_relative_error(&params, &want_params);
         println!(
-            "{parallelism:?}: worst parameter relative error after 3 steps {worst:.2e}; state bytes per device {per_device:?} (one device {whole:?})"
+            "{parallelism:?}: worst parameter relative error after 3 steps {worst:?}; state bytes per device {per_device:?} (one device {whole:?})"
         );
-        assert!(worst <= 1e-5, "{parallelism:?}: {worst}");
+        assert!(worst.0 <= 1e-5, "{parallelism:?}: {worst:?}");
         if let Parallelism::Fsdp { .. } = parallelism {
             assert!(
                 per_device.iter().all(|&b| b < whole[0] * 6 / 10),

@@ -5,6 +5,8 @@
 //! steps on a tiny set memorise it; data-parallel and FSDP loops over two
 //! devices match the one-device loop; the config refuses unknown keys.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
@@ -246,20 +248,7 @@ fn data_parallel_and_fsdp_sft_loops_match_the_one_device_loop() {
             assert!((got.grad_norm - want.grad_norm).abs() <= 1e-4 * want.grad_norm);
         }
         assert!((eval.loss - want_eval.loss).abs() <= 1e-5 * want_eval.loss);
-        let worst = params
-            .iter()
-            .zip(&want_params)
-            .map(|((name, got), (_, want))| {
-                let diff: f64 = got
-                    .data
-                    .iter()
-                    .zip(&want.data)
-                    .map(|(a, b)| f64::from(a - b).powi(2))
-                    .sum();
-                let norm: f64 = want.data.iter().map(|b| f64::from(*b).powi(2)).sum();
-                ((diff / norm.max(1e-30)).sqrt(), name.clone())
-            })
-            .fold((0.0, String::new()), |a, b| if b.0 > a.0 { b } else { a });
+        let worst = common::worst_relative_error(&params, &want_params);
         println!(
             "{parallelism:?}: worst parameter relative error after {steps} steps {worst:?}; bytes per device {per_device:?} (one device: {whole:?})"
         );

@@ -185,6 +185,21 @@ fn single_device_run(client: &Client, spec: &TrainStepSpec<'_>, data: &MlpData) 
     (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
 }
 
+/// Host arrays of types `types` uploaded by `upload` as `shardings` say.
+fn laid_out(
+    arrays: &[Vec<f32>],
+    types: &[TensorType],
+    shardings: &[Sharding],
+    upload: impl Fn(&[f32], &TensorType, &Sharding) -> ShardedBuffer,
+) -> Vec<ShardedBuffer> {
+    arrays
+        .iter()
+        .zip(types)
+        .zip(shardings)
+        .map(|((a, t), s)| upload(a, t, s))
+        .collect()
+}
+
 fn sharded_run(
     client: &Client,
     spec: &TrainStepSpec<'_>,
@@ -197,24 +212,14 @@ fn sharded_run(
             .sharded_from_host(data, &ty.dims, sharding, step.devices())
             .unwrap()
     };
-    let params = data
-        .params
-        .iter()
-        .zip(&spec.params)
-        .zip(step.param_shardings())
-        .map(|((p, t), s)| upload(p, t, s))
-        .collect();
-    let mut state = step.init_state(params).unwrap();
+    let mut state = step
+        .init_state(laid_out(&data.params, &spec.params, step.param_shardings(), upload))
+        .unwrap();
     let compiles = client.compile_stats().compiles;
     let mut metrics = Vec::new();
     for batch in &data.batches {
         let before = state.params[0].shards()[DEVICES - 1].device_address().unwrap();
-        let inputs: Vec<ShardedBuffer> = batch
-            .iter()
-            .zip(&spec.batch)
-            .zip(step.batch_shardings())
-            .map(|((d, t), s)| upload(d, t, s))
-            .collect();
+        let inputs = laid_out(batch, &spec.batch, step.batch_shardings(), upload);
         let m = step.step(&mut state, &inputs.iter().collect::<Vec<_>>(), LR).unwrap();
         metrics.push((m.loss, m.grad_norm));
         let after = state.params[0].shards()[DEVICES - 1].device_address().unwrap();
@@ -316,26 +321,14 @@ fn sharded_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, parallelis
             .sharded_from_host(data, &ty.dims, sharding, step.devices())
             .unwrap()
     };
-    let params = data
-        .params
-        .iter()
-        .zip(&spec.params)
-        .zip(step.param_shardings())
-        .map(|((p, t), s)| upload(p, t, s))
-        .collect();
-    let mut state = step.init_state(params).unwrap();
+    let mut state = step
+        .init_state(laid_out(&data.params, &spec.params, step.param_shardings(), upload))
+        .unwrap();
     let mut metrics = Vec::new();
     for pair in data.batches[..4].chunks(2) {
         let uploaded: Vec<Vec<ShardedBuffer>> = pair
             .iter()
-            .map(|batch| {
-                batch
-                    .iter()
-                    .zip(&spec.batch)
-                    .zip(step.batch_shardings())
-                    .map(|((d, t), s)| upload(d, t, s))
-                    .collect()
-            })
+            .map(|batch| laid_out(batch, &spec.batch, step.batch_shardings(), upload))
             .collect();
         let refs: Vec<Vec<&ShardedBuffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
         let m = step.step(&mut state, &refs, LR).unwrap();

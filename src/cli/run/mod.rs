@@ -222,6 +222,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         let mut line = serde_json::to_value(&report)?;
         line["step_time"] = serde_json::json!(seconds);
         line["compiled_train_programs"] = serde_json::json!(grpo_loop.compiled_steps());
+        line["learner_state_bytes"] = serde_json::json!(grpo_loop.state_bytes_per_device());
         if (n % eval_every.max(1) == 0 || n == steps)
             && let Some(eval) = evaluate(&mut grpo_loop, &mut progress)?
         {

@@ -11,10 +11,10 @@
 //! The learner keeps f32 master weights and AdamW state on its device, or
 //! sharded over several ([`crate::placement`]), donated and updated in
 //! place; an in-process engine shares the first device and holds its own
-//! copy of the weights in its dtype. Memory per step beyond those: the
-//! step's completions, their micro-batches and one host copy of the
-//! weights while they are sent (plus, under FSDP with μ > 1, one gathered
-//! copy on the first device while the old log-probs are computed).
+//! copy of the weights in its dtype (the frozen reference of β > 0 is laid
+//! out as the learner's weights). Memory per step beyond those: the step's
+//! completions, their micro-batches and one host copy of the weights while
+//! they are sent.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, Weights};
 use crate::loss::GrpoLoss;
-use crate::placement::{BatchInputs, LearnerState, Placement};
+use crate::placement::{LearnerState, Placement};
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
@@ -178,7 +178,7 @@ pub struct GrpoLoop {
     state: LearnerState,
     steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
     logprobs_programs: CompletionLogprobs,
-    reference: Option<Vec<Buffer>>,
+    reference: Option<LearnerState>,
     step: usize,
 }
 
@@ -204,8 +204,9 @@ pub struct GrpoParts {
     /// Where the learner keeps its state and batches (one device, or
     /// sharded over several).
     pub placement: Placement,
-    /// The frozen reference policy of the KL term (f32, the decoder's
-    /// order): required when β > 0, unused otherwise.
+    /// The frozen reference policy of the KL term (f32 on the client's
+    /// first device, the decoder's order; laid out on `placement` as the
+    /// learner's weights): required when β > 0, unused otherwise.
     pub reference: Option<Vec<Buffer>>,
 }
 
@@ -346,8 +347,11 @@ impl GrpoLoop {
             },
             version: step as u64,
         };
-        let logprobs_programs = CompletionLogprobs::new(&client, &decoder);
+        let logprobs_programs = CompletionLogprobs::new(&client, &decoder, &placement);
         let state = placement.state(&client, params, &optimizer)?;
+        let reference = reference
+            .map(|weights| placement.state(&client, weights, &[]))
+            .transpose()?;
         Ok(GrpoLoop {
             logprobs_programs,
             reference,
@@ -543,22 +547,13 @@ impl GrpoLoop {
             .map(|m| m.upload(&self.client, &self.placement, share))
             .collect::<Result<Vec<_>>>()?;
         let iterations = c.iterations;
-        // After the six batch inputs: the old log-probs, then the reference's.
-        if iterations > 1 {
-            let (client, placement, programs) = (&self.client, &self.placement, &mut self.logprobs_programs);
-            self.state.with_params_on_one_device(client, |params| {
-                for (inputs, micro) in uploaded.iter_mut().zip(&batch.micro_batches) {
-                    let old = run_on_tokens(client, programs, params, micro, inputs)?;
-                    placement.push_buffer(client, inputs, old)?;
-                }
-                Ok(())
-            })?;
-        }
-        if let Some(reference) = &self.reference {
-            let params: Vec<&Buffer> = reference.iter().collect();
-            for (inputs, micro) in uploaded.iter_mut().zip(&batch.micro_batches) {
-                let logprobs = run_on_tokens(&self.client, &mut self.logprobs_programs, &params, micro, inputs)?;
-                self.placement.push_buffer(&self.client, inputs, logprobs)?;
+        for inputs in &mut uploaded {
+            // After the six batch inputs: the old log-probs, then the reference's.
+            if iterations > 1 {
+                self.logprobs_programs.append(&self.state, shape, inputs)?;
+            }
+            if let Some(reference) = &self.reference {
+                self.logprobs_programs.append(reference, shape, inputs)?;
             }
         }
         self.compile_step(shape, count)?;
@@ -607,26 +602,5 @@ impl GrpoLoop {
     /// learner's devices.
     pub fn state_bytes_per_device(&self) -> Vec<usize> {
         self.state.device_bytes()
-    }
-}
-
-/// Runs a log-prob program on `micro`'s tokens: the first two of `inputs`
-/// on one device, else `micro`'s ids and mask uploaded to the client's
-/// first device.
-fn run_on_tokens(
-    client: &Client,
-    programs: &mut CompletionLogprobs,
-    params: &[&Buffer],
-    micro: &crate::batch::MicroBatch,
-    inputs: &BatchInputs,
-) -> Result<Buffer> {
-    let shape = micro.shape;
-    match inputs {
-        BatchInputs::OneDevice(buffers) => programs.run(params, shape, [&buffers[0], &buffers[1]]),
-        BatchInputs::Sharded(_) => {
-            let first_device = Placement::OneDevice(client.device(0)?.clone());
-            let tokens = micro.upload_tokens(client, &first_device)?.into_one_device()?;
-            programs.run(params, shape, [&tokens[0], &tokens[1]])
-        }
     }
 }

@@ -7,13 +7,14 @@
 //! state also split along dimension 0, so each device holds about 1/N of
 //! them between steps.
 //!
-//! Everything that leaves the learner goes through the host: the weights
-//! pushed to the fleet and written to checkpoints are gathered from their
-//! shards ([`LearnerState::host_params`]), and the forward-only log-prob
-//! programs (old policy for μ > 1, the frozen reference for β > 0) run on
-//! the first device ([`LearnerState::with_params_on_one_device`]: free for data
-//! parallel, whose first device holds every parameter whole; a gather under
-//! FSDP), their `[rows, C]` outputs then cut like the batch.
+//! The forward-only log-prob programs (old policy for μ > 1, the frozen
+//! reference for β > 0, laid out as the learner's weights) are partitioned
+//! the same way ([`crate::completion_logprobs`]). What leaves the learner
+//! goes through the host: the weights pushed to the fleet and written to
+//! checkpoints are gathered from their shards ([`LearnerState::host_params`]);
+//! `grpo sft`'s eval loss runs on the first device
+//! ([`LearnerState::with_params_on_one_device`]: its replicas under data
+//! parallelism, a gathered copy under FSDP).
 
 use grpo_model::decoder::Decoder;
 use grpo_model::weights::HostTensor;
@@ -39,7 +40,7 @@ pub enum Placement {
 
 /// The learner's parameters and optimizer state on its [`Placement`]. The
 /// optimizer state is empty until the first step zeroes it (or a resumed
-/// run's checkpoint fills it).
+/// run's checkpoint fills it); a frozen reference policy's stays empty.
 #[derive(Debug)]
 pub enum LearnerState {
     /// On one device.
@@ -167,29 +168,6 @@ impl Placement {
             }
         }
         Ok(())
-    }
-
-    /// Appends `extra` (an f32 input computed on the first device, such as
-    /// old or reference log-probs) to `inputs`.
-    pub fn push_buffer(&self, client: &Client, inputs: &mut BatchInputs, extra: Buffer) -> Result<()> {
-        match inputs {
-            BatchInputs::OneDevice(buffers) => buffers.push(extra),
-            BatchInputs::Sharded(_) => self.push(client, inputs, &extra.to_host::<f32>()?, extra.dims())?,
-        }
-        Ok(())
-    }
-}
-
-impl BatchInputs {
-    /// The buffers of one-device inputs (an error for sharded ones).
-    pub fn into_one_device(self) -> Result<Vec<Buffer>> {
-        match self {
-            BatchInputs::OneDevice(buffers) => Ok(buffers),
-            BatchInputs::Sharded(_) => Err(Error::Config {
-                field: "trainer.parallelism",
-                message: "sharded inputs where one device's were expected".to_string(),
-            }),
-        }
     }
 }
 

@@ -165,20 +165,19 @@ const LR: f32 = 2e-2;
 /// Small enough that every step clips.
 const MAX_GRAD_NORM: f64 = 0.5;
 
+/// Host arrays of types `types` uploaded whole by `upload`.
+fn on_device(arrays: &[Vec<f32>], types: &[TensorType], upload: impl Fn(&[f32], &TensorType) -> Buffer) -> Vec<Buffer> {
+    arrays.iter().zip(types).map(|(a, t)| upload(a, t)).collect()
+}
+
 fn single_device_run(client: &Client, spec: &TrainStepSpec<'_>, data: &MlpData) -> Run {
     let device = client.device(0).unwrap();
     let step = TrainStep::compile(client, spec, mlp_loss).unwrap();
     let upload = |data: &[f32], ty: &TensorType| client.buffer_from_host(data, &ty.dims, device).unwrap();
-    let params = data
-        .params
-        .iter()
-        .zip(&spec.params)
-        .map(|(p, t)| upload(p, t))
-        .collect();
-    let mut state = step.init_state(params).unwrap();
+    let mut state = step.init_state(on_device(&data.params, &spec.params, upload)).unwrap();
     let mut metrics = Vec::new();
     for batch in &data.batches {
-        let data: Vec<Buffer> = batch.iter().zip(&spec.batch).map(|(d, t)| upload(d, t)).collect();
+        let data = on_device(batch, &spec.batch, upload);
         let m = step.step(&mut state, &data.iter().collect::<Vec<_>>(), LR).unwrap();
         metrics.push((m.loss, m.grad_norm));
     }
@@ -292,19 +291,10 @@ fn single_device_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, data
     let device = client.device(0).unwrap();
     let step = AccumulatingTrainStep::compile(client, spec, mlp_loss).unwrap();
     let upload = |data: &[f32], ty: &TensorType| client.buffer_from_host(data, &ty.dims, device).unwrap();
-    let params = data
-        .params
-        .iter()
-        .zip(&spec.params)
-        .map(|(p, t)| upload(p, t))
-        .collect();
-    let mut state = step.init_state(params).unwrap();
+    let mut state = step.init_state(on_device(&data.params, &spec.params, upload)).unwrap();
     let mut metrics = Vec::new();
     for pair in data.batches[..4].chunks(2) {
-        let uploaded: Vec<Vec<Buffer>> = pair
-            .iter()
-            .map(|batch| batch.iter().zip(&spec.batch).map(|(d, t)| upload(d, t)).collect())
-            .collect();
+        let uploaded: Vec<Vec<Buffer>> = pair.iter().map(|batch| on_device(batch, &spec.batch, upload)).collect();
         let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
         let m = step.step(&mut state, &refs, LR).unwrap();
         metrics.push((m.loss, m.grad_norm));

@@ -20,8 +20,8 @@ use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_rollout::worker::proto::rollout_worker_client::RolloutWorkerClient;
 use grpo_rollout::worker::{
-    Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, Token, WireDtype, WorkerClient, WorkerError, WorkerServer,
-    proto, start_request, weight_chunks,
+    EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, Token, WireDtype, WorkerClient, WorkerError,
+    WorkerServer, proto,
 };
 use grpo_xla::Client;
 use tonic::Code;
@@ -259,8 +259,9 @@ async fn refused_updates_leave_the_old_weights_serving() {
     let probe = request(12, 0.0, 1, 0);
     let before = generate(&mut worker, &probe).await;
     let update = new_weights(3, WireDtype::F32);
-    let start = || start_request(1, &update, WireDtype::F32, InFlight::Keep);
-    let chunks = || weight_chunks(1, &update, WireDtype::F32, 512).collect::<Vec<_>>();
+    let encoded = EncodedUpdate::new(1, &update, WireDtype::F32, 512, InFlight::Keep);
+    let start = || encoded.start.clone();
+    let chunks = || encoded.chunks.clone();
 
     // A corrupt chunk: refused on arrival, and the finish says why.
     let mut corrupt = chunks();
@@ -326,14 +327,14 @@ async fn every_call_needs_the_token() {
         .await
         .unwrap();
     let update = new_weights(1, WireDtype::F32);
-    let chunks = weight_chunks(1, &update, WireDtype::F32, 1 << 20);
+    let encoded = EncodedUpdate::new(1, &update, WireDtype::F32, 1 << 20, InFlight::Keep);
     let errors = [
         wrong.generate(&request(4, 0.0, 1, 0)).await.err().unwrap(),
+        wrong.start_weight_update(encoded.start.clone()).await.unwrap_err(),
         wrong
-            .start_weight_update(start_request(1, &update, WireDtype::F32, InFlight::Keep))
+            .send_weight_chunks(encoded.chunks.iter().cloned())
             .await
             .unwrap_err(),
-        wrong.send_weight_chunks(chunks).await.unwrap_err(),
         wrong.finish_weight_update(1).await.unwrap_err(),
         wrong.pause(PauseMode::Keep).await.unwrap_err(),
         wrong.resume().await.unwrap_err(),

@@ -3,13 +3,15 @@
 //! the three things the fleet asks of it (generate a group, take weights,
 //! say how it is), each a future the fleet runs as a task of its own.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
-use grpo_rollout::worker::{Health, PROTOCOL_VERSION, PushOptions, WorkerClient, WorkerError};
+use grpo_rollout::worker::{EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, WorkerClient, WorkerError};
+use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
 
 use super::Weights;
@@ -136,15 +138,36 @@ pub(super) async fn generate(backend: Backend, request: Request) -> Result<Vec<C
     }
 }
 
-/// Installs `weights` as `version` on the member.
+/// A version's weights encoded for the wire, made by the first worker push
+/// of the version and shared by the others (one encoded copy, one pass).
+pub(super) type SharedEncoding = Arc<OnceCell<Arc<EncodedUpdate>>>;
+
+/// Installs `weights` as `version` on the member: in memory for the
+/// in-process engine, else the version's `encoding` (made here if no
+/// other push made it yet, off the async threads).
 pub(super) async fn push(
     backend: Backend,
     version: u64,
     weights: Weights,
+    encoding: SharedEncoding,
     options: PushOptions,
 ) -> Result<(), Failure> {
     match backend {
-        Backend::Remote(mut client) => Ok(client.push_weights(version, &weights, &options).await?),
+        Backend::Remote(mut client) => {
+            let update = encoding
+                .get_or_try_init(|| async move {
+                    let encode = move || options.encode(version, &weights).map(Arc::new);
+                    tokio::task::spawn_blocking(encode)
+                        .await
+                        .map_err(|e| Failure {
+                            message: format!("encoding the weights failed: {e}"),
+                            permanent: false,
+                        })?
+                        .map_err(Failure::from)
+                })
+                .await?;
+            Ok(client.push_encoded(update).await?)
+        }
         Backend::Local(handle) => Ok(handle.update_weights(version, weights, InFlight::Keep).await?),
     }
 }

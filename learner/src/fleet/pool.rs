@@ -28,7 +28,9 @@
 //! when every member refused for good and no registry can bring others.
 //!
 //! Memory: one host copy of the current weights (f32, shared with the
-//! learner's update), kept for members that join or come back later.
+//! learner's update), kept for members that join or come back later, and
+//! once a worker takes them, their encoding for the wire (2 or 4 bytes a
+//! value), made once and streamed to every worker.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -43,7 +45,7 @@ use grpo_xla::Buffer;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::member::{self, Backend, Failure, Member, State};
+use super::member::{self, Backend, Failure, Member, SharedEncoding, State};
 use super::{Fleet, FleetHealth, SyncReport, Weights, f32_bytes};
 use crate::checkpoint::host_tensors;
 use crate::error::{Error, Result};
@@ -147,9 +149,11 @@ pub struct WorkerFleet {
     registry: Option<(mpsc::UnboundedReceiver<Registration>, Token)>,
     events: mpsc::UnboundedSender<Event>,
     inbox: mpsc::UnboundedReceiver<Event>,
-    /// The fleet's policy version and its weights (for members that join later).
+    /// The fleet's policy version and its weights (for members that join
+    /// later), and their encoding for workers once a push made it.
     version: Option<u64>,
     weights: Option<Weights>,
+    encoding: SharedEncoding,
     next_ticket: u64,
     /// Groups queued again since the start.
     requeued_groups: u64,
@@ -176,6 +180,7 @@ impl WorkerFleet {
             inbox,
             version: None,
             weights: None,
+            encoding: SharedEncoding::default(),
             next_ticket: 0,
             requeued_groups: 0,
         })
@@ -300,13 +305,14 @@ impl WorkerFleet {
             return;
         };
         let ticket = self.ticket();
-        let (backend, options, events) = (
+        let (backend, encoding, options, events) = (
             self.members[index].backend.clone(),
+            self.encoding.clone(),
             self.config.push,
             self.events.clone(),
         );
         let task = self.runtime.spawn(async move {
-            let result = member::push(backend, version, weights, options).await;
+            let result = member::push(backend, version, weights, encoding, options).await;
             let _ = events.send(Event::Pushed {
                 member: index,
                 ticket,
@@ -631,6 +637,7 @@ impl Fleet for WorkerFleet {
         let started = Instant::now();
         self.version = Some(version);
         self.weights = Some(tensors);
+        self.encoding = SharedEncoding::default();
         for index in 0..self.members.len() {
             self.forget_ping(index);
             let member = &mut self.members[index];
@@ -661,6 +668,7 @@ impl Fleet for WorkerFleet {
         let remote = self.registry.is_some() || self.members.iter().any(|m| matches!(m.backend, Backend::Remote(_)));
         if remote {
             self.weights = Some(host_tensors::<Weights>(params)?);
+            self.encoding = SharedEncoding::default();
         }
         self.drive(Work::sync()).map(|_| ())
     }

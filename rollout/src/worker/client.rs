@@ -18,9 +18,9 @@ use crate::worker::auth::{AttachToken, Token};
 use crate::worker::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
 use crate::worker::error::WorkerError;
 use crate::worker::server::{CONNECTION_WINDOW, STREAM_WINDOW};
-use crate::worker::weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};
+use crate::worker::weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
 
-/// Chunks encoded ahead of the network while pushing weights.
+/// Chunks queued ahead of the network while pushing weights.
 const CHUNKS_AHEAD: usize = 4;
 
 /// How [`WorkerClient::push_weights`] sends tensors.
@@ -32,6 +32,28 @@ pub struct PushOptions {
     pub chunk_bytes: usize,
     /// What the worker's running samples do on the new weights. Default keep.
     pub in_flight: InFlight,
+}
+
+impl PushOptions {
+    /// `tensors` encoded as `version` the way these options send them
+    /// (once, for as many workers as take them), after checking the chunk size.
+    pub fn encode(&self, version: u64, tensors: &[(String, HostTensor)]) -> Result<EncodedUpdate, WorkerError> {
+        let min = self.dtype.element_bytes();
+        if !(min..=MAX_CHUNK_BYTES).contains(&self.chunk_bytes) {
+            return Err(WorkerError::ChunkSize {
+                chunk_bytes: self.chunk_bytes,
+                min,
+                max: MAX_CHUNK_BYTES,
+            });
+        }
+        Ok(EncodedUpdate::new(
+            version,
+            tensors,
+            self.dtype,
+            self.chunk_bytes,
+            self.in_flight,
+        ))
+    }
 }
 
 impl Default for PushOptions {
@@ -142,39 +164,35 @@ impl WorkerClient {
     }
 
     /// Installs `tensors` (Hugging Face names, any subset of the model's
-    /// parameters) as policy `version`: announces them, streams their
-    /// chunks, and finishes. A refusal at any phase leaves the worker on
-    /// its old weights. Encodes each tensor twice (checksum, then chunks)
-    /// rather than holding an encoded copy.
+    /// parameters) as policy `version`: encodes them
+    /// ([`PushOptions::encode`], one encoded copy while pushing), then
+    /// [`WorkerClient::push_encoded`].
     pub async fn push_weights(
         &mut self,
         version: u64,
         tensors: &[(String, HostTensor)],
         options: &PushOptions,
     ) -> Result<(), WorkerError> {
-        let min = options.dtype.element_bytes();
-        if !(min..=MAX_CHUNK_BYTES).contains(&options.chunk_bytes) {
-            return Err(WorkerError::ChunkSize {
-                chunk_bytes: options.chunk_bytes,
-                min,
-                max: MAX_CHUNK_BYTES,
-            });
-        }
-        self.start_weight_update(start_request(version, tensors, options.dtype, options.in_flight))
-            .await?;
-        self.send_weight_chunks(weight_chunks(version, tensors, options.dtype, options.chunk_bytes))
-            .await?;
-        self.finish_weight_update(version).await
+        self.push_encoded(&options.encode(version, tensors)?).await
     }
 
-    /// Phase 1 of a weight update (see [`crate::worker::start_request`]).
+    /// Installs an encoded update: announces its tensors, streams their
+    /// chunks, and finishes. A refusal at any phase leaves the worker on
+    /// its old weights.
+    pub async fn push_encoded(&mut self, update: &EncodedUpdate) -> Result<(), WorkerError> {
+        self.start_weight_update(update.start.clone()).await?;
+        self.send_weight_chunks(update.chunks.iter().cloned()).await?;
+        self.finish_weight_update(update.version()).await
+    }
+
+    /// Phase 1 of a weight update (see [`EncodedUpdate::start`]).
     pub async fn start_weight_update(&mut self, start: proto::StartWeightUpdateRequest) -> Result<(), WorkerError> {
         self.inner.start_weight_update(start).await?;
         Ok(())
     }
 
-    /// Phase 2: streams `chunks` (see [`crate::worker::weight_chunks`]),
-    /// encoding a few ahead; stops early when the worker refuses one.
+    /// Phase 2: streams `chunks` (see [`EncodedUpdate::chunks`]), a few
+    /// ahead of the network; stops early when the worker refuses one.
     pub async fn send_weight_chunks(
         &mut self,
         chunks: impl Iterator<Item = proto::WeightChunk>,

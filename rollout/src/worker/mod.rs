@@ -36,7 +36,7 @@ pub use error::WorkerError;
 pub use grpo_proto::rollout as proto;
 pub use registry::{Registration, RegistryServer, announce};
 pub use server::{DEFAULT_PORT, WorkerServer};
-pub use weights::{MAX_CHUNK_BYTES, WireDtype, start_request, weight_chunks};
+pub use weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
 
 /// The version of the worker protocol this build speaks; a learner refuses
 /// workers speaking another (they report it in Health and Register).

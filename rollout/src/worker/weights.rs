@@ -1,5 +1,5 @@
 //! The wire format of weight updates: how a sender cuts tensors into
-//! checksummed chunks ([`start_request`], [`weight_chunks`]), and how the
+//! checksummed chunks ([`EncodedUpdate`]), and how the
 //! worker assembles them (`StagedUpdate`) and refuses anything short of
 //! the whole, intact update.
 //!
@@ -85,65 +85,68 @@ impl WireDtype {
     }
 }
 
-/// Values encoded per block when checksumming a whole tensor (bounds the scratch memory).
-const CRC_BLOCK: usize = 1 << 16;
-
-/// CRC-32 of `values` encoded in `dtype`, without encoding them all at once.
-fn tensor_crc32(values: &[f32], dtype: WireDtype) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    let mut scratch = Vec::with_capacity(CRC_BLOCK * dtype.element_bytes());
-    for block in values.chunks(CRC_BLOCK) {
-        scratch.clear();
-        dtype.encode_into(block, &mut scratch);
-        hasher.update(&scratch);
-    }
-    hasher.finalize()
+/// A weight update encoded once, for any number of workers: the
+/// announcement (phase 1: names, shapes, dtype and each tensor's checksum)
+/// and every tensor cut into checksummed chunks of at most `chunk_bytes`
+/// bytes (phase 2). Encoding and checksums take one pass over the values;
+/// it holds one encoded copy of the tensors (2 or 4 bytes a value), which
+/// each worker's push then streams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EncodedUpdate {
+    /// Phase 1's request.
+    pub start: proto::StartWeightUpdateRequest,
+    /// Phase 2's chunks, tensor by tensor in element order.
+    pub chunks: Vec<proto::WeightChunk>,
 }
 
-/// Phase 1 of pushing `tensors` as `version`: their names, shapes, dtype and checksums.
-pub fn start_request(
-    version: u64,
-    tensors: &[(String, HostTensor)],
-    dtype: WireDtype,
-    in_flight: InFlight,
-) -> proto::StartWeightUpdateRequest {
-    proto::StartWeightUpdateRequest {
-        version,
-        tensors: tensors
-            .iter()
-            .map(|(name, tensor)| proto::TensorSpec {
+impl EncodedUpdate {
+    /// `tensors` encoded in `dtype` as `version`, chunks of at most
+    /// `chunk_bytes` bytes (rounded down to whole values, at least one).
+    pub fn new(
+        version: u64,
+        tensors: &[(String, HostTensor)],
+        dtype: WireDtype,
+        chunk_bytes: usize,
+        in_flight: InFlight,
+    ) -> EncodedUpdate {
+        let per_chunk = (chunk_bytes / dtype.element_bytes()).max(1);
+        let mut chunks = Vec::new();
+        let mut specs = Vec::with_capacity(tensors.len());
+        for (name, tensor) in tensors {
+            let mut whole = crc32fast::Hasher::new();
+            for (i, values) in tensor.data.chunks(per_chunk).enumerate() {
+                let mut data = Vec::with_capacity(values.len() * dtype.element_bytes());
+                dtype.encode_into(values, &mut data);
+                whole.update(&data);
+                chunks.push(proto::WeightChunk {
+                    version,
+                    name: name.clone(),
+                    offset_elements: (i * per_chunk) as u64,
+                    crc32: crc32fast::hash(&data),
+                    data,
+                });
+            }
+            specs.push(proto::TensorSpec {
                 name: name.clone(),
                 shape: tensor.dims.iter().map(|&d| d as u64).collect(),
                 dtype: dtype.to_proto().into(),
-                crc32: tensor_crc32(&tensor.data, dtype),
-            })
-            .collect(),
-        in_flight: in_flight_to_proto(in_flight).into(),
-    }
-}
-
-/// Phase 2: every tensor cut into chunks of at most `chunk_bytes` bytes
-/// (rounded down to whole values, at least one), encoded lazily in order.
-pub fn weight_chunks(
-    version: u64,
-    tensors: &[(String, HostTensor)],
-    dtype: WireDtype,
-    chunk_bytes: usize,
-) -> impl Iterator<Item = proto::WeightChunk> + '_ {
-    let per_chunk = (chunk_bytes / dtype.element_bytes()).max(1);
-    tensors.iter().flat_map(move |(name, tensor)| {
-        tensor.data.chunks(per_chunk).enumerate().map(move |(i, values)| {
-            let mut data = Vec::with_capacity(values.len() * dtype.element_bytes());
-            dtype.encode_into(values, &mut data);
-            proto::WeightChunk {
+                crc32: whole.finalize(),
+            });
+        }
+        EncodedUpdate {
+            start: proto::StartWeightUpdateRequest {
                 version,
-                name: name.clone(),
-                offset_elements: (i * per_chunk) as u64,
-                crc32: crc32fast::hash(&data),
-                data,
-            }
-        })
-    })
+                tensors: specs,
+                in_flight: in_flight_to_proto(in_flight).into(),
+            },
+            chunks,
+        }
+    }
+
+    /// The version it installs.
+    pub fn version(&self) -> u64 {
+        self.start.version
+    }
 }
 
 /// The protocol's name for `in_flight`.
@@ -395,12 +398,16 @@ mod tests {
             .collect()
     }
 
+    fn encoded(dtype: WireDtype, chunk_bytes: usize) -> EncodedUpdate {
+        EncodedUpdate::new(3, &tensors(), dtype, chunk_bytes, InFlight::Keep)
+    }
+
     fn staged(dtype: WireDtype) -> StagedUpdate {
-        StagedUpdate::new(&start_request(3, &tensors(), dtype, InFlight::Keep), &parameters()).unwrap()
+        StagedUpdate::new(&encoded(dtype, 1 << 20).start, &parameters()).unwrap()
     }
 
     fn chunks(dtype: WireDtype, chunk_bytes: usize) -> Vec<proto::WeightChunk> {
-        weight_chunks(3, &tensors(), dtype, chunk_bytes).collect()
+        encoded(dtype, chunk_bytes).chunks
     }
 
     fn refusal(result: Result<impl std::fmt::Debug>) -> String {
@@ -507,7 +514,7 @@ mod tests {
         assert!(message.contains("`b`: elements 6..7 never arrived"), "{message}");
 
         // Right chunks, wrong announcement: the whole-tensor checksum catches it.
-        let mut start = start_request(3, &tensors(), WireDtype::Bf16, InFlight::Keep);
+        let mut start = encoded(WireDtype::Bf16, 1 << 20).start;
         start.tensors[1].crc32 ^= 1;
         let mut announced = StagedUpdate::new(&start, &parameters()).unwrap();
         for chunk in &all {
@@ -522,7 +529,7 @@ mod tests {
 
     #[test]
     fn announcements_must_match_the_model() {
-        let start = || start_request(3, &tensors(), WireDtype::F32, InFlight::Abort);
+        let start = || EncodedUpdate::new(3, &tensors(), WireDtype::F32, 1 << 20, InFlight::Abort).start;
         let bad = |f: &dyn Fn(&mut proto::StartWeightUpdateRequest)| {
             let mut request = start();
             f(&mut request);

@@ -18,8 +18,7 @@
 use super::function::Function;
 use super::graph::Tensor;
 use super::train::{
-    Accumulation, Runner, StepMetrics, StepOutputs, TrainStepSpec, step_args, trace_accumulation, trace_step,
-    without_metrics,
+    Accumulation, Runner, StepMetrics, TrainStepSpec, run_step, trace_accumulation, trace_step, without_metrics,
 };
 use crate::dtype::TensorType;
 use crate::error::Result;
@@ -247,15 +246,13 @@ impl ShardedTrainStep {
     /// Runs one step in place on `state` over the whole `batch` (each input
     /// laid out as [`ShardedTrainStep::batch_shardings`]) with learning rate `lr`.
     pub fn step(&self, state: &mut ShardedTrainState, batch: &[&ShardedBuffer], lr: f32) -> Result<StepMetrics> {
-        let runner = Partitioned(&self.client);
-        let lr = runner.scalar(&self.executable, lr)?;
-        let outputs = self
-            .executable
-            .execute_sharded(&step_args(&state.params, &state.optimizer, batch, &lr))?;
-        StepOutputs::split(outputs, self.layout.params.len(), self.metrics).finish(
-            &mut state.params,
-            &mut state.optimizer,
-            |scalar| runner.read(scalar),
+        run_step(
+            &Partitioned(&self.client),
+            &self.executable,
+            (&mut state.params, &mut state.optimizer),
+            batch,
+            lr,
+            self.metrics,
         )
     }
 }
@@ -295,7 +292,6 @@ impl ShardedAccumulatingTrainStep {
                 Layout::join([p, s, p, &Layout::scalars(2)]), // … lr, scale
                 Layout::join([p, s, &Layout::scalars(1)]),    // … grad_norm
             )?,
-            params: spec.params.len(),
             metrics: traced.metrics,
         };
         Ok(ShardedAccumulatingTrainStep {

@@ -58,7 +58,6 @@ pub struct TrainStep {
     client: Client,
     executable: Executable,
     state_spec: Vec<(String, TensorType)>,
-    params: usize,
     metrics: usize,
 }
 
@@ -175,57 +174,33 @@ pub(super) fn trace_step(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Resul
     })
 }
 
-/// The step program's arguments: parameters and state donated, the batch
-/// and learning rate borrowed.
-pub(super) fn step_args<'a, B>(params: &'a [B], optimizer: &'a [B], batch: &[&'a B], lr: &'a B) -> Vec<Arg<'a, B>> {
-    let mut args: Vec<Arg<'a, B>> = params.iter().map(Arg::Donate).collect();
+/// Runs the whole-step program `(params, state, batch, lr) → (params',
+/// state', loss, grad_norm, metrics…)` with parameters and state donated
+/// and replaced by their updates; reads the step's scalars.
+pub(super) fn run_step<R: Runner>(
+    runner: &R,
+    program: &Executable,
+    (params, optimizer): (&mut Vec<R::Array>, &mut Vec<R::Array>),
+    batch: &[&R::Array],
+    lr: f32,
+    metrics: usize,
+) -> Result<StepMetrics> {
+    let lr = runner.scalar(program, lr)?;
+    let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Donate).collect();
     args.extend(optimizer.iter().map(Arg::Donate));
     args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
-    args.push(Arg::Borrow(lr));
-    args
-}
-
-/// The step program's outputs, in order.
-pub(super) struct StepOutputs<B> {
-    params: Vec<B>,
-    optimizer: Vec<B>,
-    loss: B,
-    norm: B,
-    metrics: Vec<B>,
-}
-
-impl<B> StepOutputs<B> {
-    /// Splits `(params', state', loss, grad_norm, metrics…)` with `params`
-    /// parameters and `metrics` metrics.
-    pub(super) fn split(mut outputs: Vec<B>, params: usize, metrics: usize) -> StepOutputs<B> {
-        let metrics = outputs.split_off(outputs.len() - metrics);
-        let norm = outputs.pop().expect("grad norm output");
-        let loss = outputs.pop().expect("loss output");
-        let optimizer = outputs.split_off(params);
-        StepOutputs {
-            params: outputs,
-            optimizer,
-            loss,
-            norm,
-            metrics,
-        }
-    }
-
-    /// Stores the updated parameters and state, and reads the step's scalars with `read`.
-    pub(super) fn finish(
-        self,
-        params: &mut Vec<B>,
-        optimizer: &mut Vec<B>,
-        read: impl Fn(&B) -> Result<f32>,
-    ) -> Result<StepMetrics> {
-        *params = self.params;
-        *optimizer = self.optimizer;
-        Ok(StepMetrics {
-            loss: read(&self.loss)?,
-            grad_norm: read(&self.norm)?,
-            metrics: self.metrics.iter().map(read).collect::<Result<_>>()?,
-        })
-    }
+    args.push(Arg::Borrow(&lr));
+    let mut outputs = runner.run(program, &args)?;
+    let metrics = outputs.split_off(outputs.len() - metrics);
+    let norm = outputs.pop().expect("grad norm output");
+    let loss = outputs.pop().expect("loss output");
+    *optimizer = outputs.split_off(params.len());
+    *params = outputs;
+    Ok(StepMetrics {
+        loss: runner.read(&loss)?,
+        grad_norm: runner.read(&norm)?,
+        metrics: metrics.iter().map(|m| runner.read(m)).collect::<Result<_>>()?,
+    })
 }
 
 impl TrainStep {
@@ -250,7 +225,6 @@ impl TrainStep {
             client: client.clone(),
             executable: program.function.compile(client)?,
             state_spec: program.state_spec,
-            params: spec.params.len(),
             metrics: program.metrics,
         })
     }
@@ -267,14 +241,13 @@ impl TrainStep {
 
     /// Runs one step in place on `state` with learning rate `lr`.
     pub fn step(&self, state: &mut TrainState, batch: &[&Buffer], lr: f32) -> Result<StepMetrics> {
-        let lr = scalar_on(&self.client, &self.executable, lr)?;
-        let outputs = self
-            .executable
-            .execute_args(&step_args(&state.params, &state.optimizer, batch, &lr))?;
-        StepOutputs::split(outputs, self.params, self.metrics).finish(
-            &mut state.params,
-            &mut state.optimizer,
-            read_scalar,
+        run_step(
+            &OneDevice(&self.client),
+            &self.executable,
+            (&mut state.params, &mut state.optimizer),
+            batch,
+            lr,
+            self.metrics,
         )
     }
 }
@@ -378,8 +351,6 @@ pub(super) struct Accumulation {
     pub first: Executable,
     pub accumulate: Executable,
     pub apply: Executable,
-    /// Parameters.
-    pub params: usize,
     /// Metrics of the loss function.
     pub metrics: usize,
 }
@@ -425,7 +396,7 @@ impl Accumulation {
         args.push(Arg::Borrow(&scale));
         let mut outputs = runner.run(&self.apply, &args)?;
         let norm = outputs.pop().expect("grad norm output");
-        *optimizer = outputs.split_off(self.params);
+        *optimizer = outputs.split_off(params.len());
         *params = outputs;
         Ok(StepMetrics {
             loss: loss_sum / count,
@@ -467,7 +438,6 @@ impl AccumulatingTrainStep {
                 first: traced.first.compile(client)?,
                 accumulate: traced.accumulate.compile(client)?,
                 apply: traced.apply.compile(client)?,
-                params: spec.params.len(),
                 metrics: traced.metrics,
             },
             state_spec: traced.state_spec,

@@ -297,13 +297,18 @@ impl TrainerSection {
     }
 }
 
-/// Checks `[trainer] parallelism`'s name: `None` for "none", whether it
-/// is FSDP for "data" and "fsdp".
-pub fn parallelism_kind(kind: &str) -> Result<Option<bool>> {
+/// A layout over a number of devices.
+type Layout = fn(usize) -> Parallelism;
+
+/// Checks `[trainer] parallelism`'s name: `None` for "none", else the
+/// layout it names.
+pub fn parallelism_kind(kind: &str) -> Result<Option<Layout>> {
+    let data: Layout = |devices| Parallelism::DataParallel { devices };
+    let fsdp: Layout = |devices| Parallelism::Fsdp { devices };
     choice(
         "trainer.parallelism",
         kind,
-        &[("none", None), ("data", Some(false)), ("fsdp", Some(true))],
+        &[("none", None), ("data", Some(data)), ("fsdp", Some(fsdp))],
     )
 }
 
@@ -313,7 +318,7 @@ pub fn parallelism_kind(kind: &str) -> Result<Option<bool>> {
 /// "fsdp" (parameters, gradients and AdamW state split too) over `devices`
 /// devices, 0 meaning all of them.
 pub fn learner_parallelism(kind: &str, devices: usize, available: usize) -> Result<Option<Parallelism>> {
-    let Some(fsdp) = parallelism_kind(kind)? else {
+    let Some(layout) = parallelism_kind(kind)? else {
         return Ok(None);
     };
     let devices = if devices == 0 { available } else { devices };
@@ -326,11 +331,7 @@ pub fn learner_parallelism(kind: &str, devices: usize, available: usize) -> Resu
             ),
         ));
     }
-    Ok(Some(if fsdp {
-        Parallelism::Fsdp { devices }
-    } else {
-        Parallelism::DataParallel { devices }
-    }))
+    Ok(Some(layout(devices)))
 }
 
 /// `[checkpoint]`.

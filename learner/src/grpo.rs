@@ -38,7 +38,7 @@ use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, Weights};
 use crate::loss::GrpoLoss;
-use crate::placement::{LearnerState, Placement};
+use crate::placement::{LearnerState, OptimizerState, Placement};
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
@@ -223,21 +223,26 @@ pub struct Resume {
 
 impl Resume {
     /// The loop and optimizer state of `checkpoint`, checked against the model.
-    pub fn from_checkpoint(checkpoint: &LoadedCheckpoint, decoder: &Decoder, optimizer: &AdamW) -> Result<Resume> {
-        let state: LoopState = serde_json::from_value(checkpoint.state.clone()).map_err(|e| Error::Data {
-            path: checkpoint.dir.join(crate::checkpoint::STATE_FILE),
+    pub fn from_checkpoint(checkpoint: LoadedCheckpoint, decoder: &Decoder, optimizer: &AdamW) -> Result<Resume> {
+        let LoadedCheckpoint {
+            dir,
+            optimizer: mut saved,
+            state,
+        } = checkpoint;
+        let state: LoopState = serde_json::from_value(state).map_err(|e| Error::Data {
+            path: dir.join(crate::checkpoint::STATE_FILE),
             line: 0,
             message: format!("not a grpo run's loop state: {e}"),
         })?;
         let names = optimizer_names(decoder, optimizer);
-        let tensors = if checkpoint.optimizer.is_empty() {
+        let tensors = if saved.is_empty() {
             Vec::new()
         } else {
             names
                 .iter()
                 .map(|(name, ty)| {
-                    let tensor = checkpoint.optimizer.get(name).ok_or_else(|| Error::Data {
-                        path: checkpoint.dir.join(crate::checkpoint::OPTIMIZER_FILE),
+                    let tensor = saved.remove(name).ok_or_else(|| Error::Data {
+                        path: dir.join(crate::checkpoint::OPTIMIZER_FILE),
                         line: 0,
                         message: format!(
                             "no optimizer tensor `{name}`: the checkpoint is of another model or optimizer"
@@ -246,12 +251,12 @@ impl Resume {
                     let dims = tensor.dims_i64();
                     if dims != ty.dims {
                         return Err(Error::Data {
-                            path: checkpoint.dir.join(crate::checkpoint::OPTIMIZER_FILE),
+                            path: dir.join(crate::checkpoint::OPTIMIZER_FILE),
                             line: 0,
                             message: format!("`{name}` has shape {dims:?}, the model needs {:?}", ty.dims),
                         });
                     }
-                    Ok(tensor.clone())
+                    Ok(tensor)
                 })
                 .collect::<Result<Vec<_>>>()?
         };
@@ -348,9 +353,14 @@ impl GrpoLoop {
             version: step as u64,
         };
         let logprobs_programs = CompletionLogprobs::new(&client, &decoder, &placement);
-        let state = placement.state(&client, params, &optimizer)?;
+        let zeros = optimizer_names(&decoder, &config.optimizer);
+        let optimizer = match optimizer.is_empty() {
+            true => OptimizerState::Zeros(&zeros),
+            false => OptimizerState::Resumed(&optimizer),
+        };
+        let state = placement.state(&client, params, optimizer)?;
         let reference = reference
-            .map(|weights| placement.state(&client, weights, &[]))
+            .map(|weights| placement.state(&client, weights, OptimizerState::Frozen))
             .transpose()?;
         Ok(GrpoLoop {
             logprobs_programs,

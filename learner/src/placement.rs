@@ -19,7 +19,7 @@
 use grpo_model::decoder::Decoder;
 use grpo_model::weights::HostTensor;
 use grpo_xla::trace::{Parallelism, ShardedTrainState, TrainState};
-use grpo_xla::{Buffer, Client, Device, NativeType, ShardedBuffer, TensorType};
+use grpo_xla::{Buffer, Client, Device, ElementType, NativeType, ShardedBuffer, TensorType};
 
 use crate::checkpoint::host_tensor;
 use crate::error::{Error, Result};
@@ -38,15 +38,26 @@ pub enum Placement {
     },
 }
 
-/// The learner's parameters and optimizer state on its [`Placement`]. The
-/// optimizer state is empty until the first step zeroes it (or a resumed
-/// run's checkpoint fills it); a frozen reference policy's stays empty.
+/// The learner's parameters and optimizer state on its [`Placement`] (a
+/// frozen reference policy has no optimizer state).
 #[derive(Debug)]
 pub enum LearnerState {
     /// On one device.
     OneDevice(TrainState),
     /// Sharded over several.
     Sharded(ShardedTrainState),
+}
+
+/// What a learner state's optimizer state starts as.
+#[derive(Debug, Clone, Copy)]
+pub enum OptimizerState<'a> {
+    /// None: a frozen policy (the KL term's reference).
+    Frozen,
+    /// Zeros of these names and types (a fresh run; the optimizer's
+    /// [`grpo_xla::trace::Optimizer::state_spec`]).
+    Zeros(&'a [(String, TensorType)]),
+    /// A checkpoint's tensors, in the optimizer's state order.
+    Resumed(&'a [HostTensor]),
 }
 
 /// One micro-batch's inputs on the learner's placement, in
@@ -109,26 +120,39 @@ impl Placement {
     }
 
     /// The learner state of `params` (f32 on the client's first device, the
-    /// decoder's order) and `optimizer` (host tensors in the optimizer's
-    /// state order; empty for a fresh run), laid out on this placement.
-    pub fn state(&self, client: &Client, params: Vec<Buffer>, optimizer: &[HostTensor]) -> Result<LearnerState> {
+    /// decoder's order) with `optimizer`'s state, laid out on this placement.
+    pub fn state(&self, client: &Client, params: Vec<Buffer>, optimizer: OptimizerState<'_>) -> Result<LearnerState> {
         Ok(match self {
             Placement::OneDevice(device) => LearnerState::OneDevice(TrainState {
                 params,
-                optimizer: optimizer
-                    .iter()
-                    .map(|t| Ok(client.buffer_from_host(&t.data, &t.dims_i64(), device)?))
-                    .collect::<Result<_>>()?,
+                optimizer: match optimizer {
+                    OptimizerState::Frozen => Vec::new(),
+                    OptimizerState::Zeros(spec) => spec
+                        .iter()
+                        .map(|(_, ty)| Ok(client.buffer_from_host_bytes(&vec![0u8; ty.byte_size()], ty, device)?))
+                        .collect::<Result<_>>()?,
+                    OptimizerState::Resumed(tensors) => tensors
+                        .iter()
+                        .map(|t| Ok(client.buffer_from_host(&t.data, &t.dims_i64(), device)?))
+                        .collect::<Result<_>>()?,
+                },
             }),
             Placement::Spmd { parallelism, devices } => {
+                let sharding = |dims: &[i64]| parallelism.state_sharding(&TensorType::new(ElementType::F32, dims));
                 let place = |tensor: &HostTensor| -> Result<ShardedBuffer> {
                     let dims = tensor.dims_i64();
-                    let sharding = parallelism.state_sharding(&TensorType::new(grpo_xla::ElementType::F32, &dims[..]));
-                    Ok(client.sharded_from_host(&tensor.data, &dims, &sharding, devices)?)
+                    Ok(client.sharded_from_host(&tensor.data, &dims, &sharding(&dims), devices)?)
                 };
                 LearnerState::Sharded(ShardedTrainState {
                     params: params.iter().map(|p| place(&host_tensor(p)?)).collect::<Result<_>>()?,
-                    optimizer: optimizer.iter().map(place).collect::<Result<_>>()?,
+                    optimizer: match optimizer {
+                        OptimizerState::Frozen => Vec::new(),
+                        OptimizerState::Zeros(spec) => spec
+                            .iter()
+                            .map(|(_, ty)| Ok(client.sharded_zeros(ty, &sharding(&ty.dims), devices)?))
+                            .collect::<Result<_>>()?,
+                        OptimizerState::Resumed(tensors) => tensors.iter().map(place).collect::<Result<_>>()?,
+                    },
                 })
             }
         })
@@ -172,41 +196,22 @@ impl Placement {
 }
 
 impl LearnerState {
-    /// Whether the optimizer state is still to be zeroed (before the first step).
-    pub fn optimizer_is_empty(&self) -> bool {
-        match self {
-            LearnerState::OneDevice(state) => state.optimizer.is_empty(),
-            LearnerState::Sharded(state) => state.optimizer.is_empty(),
-        }
-    }
-
     /// The parameters as f32 host tensors named by `decoder` (gathered
     /// from their shards).
     pub fn host_params(&self, decoder: &Decoder) -> Result<Vec<(String, HostTensor)>> {
+        let tensors = match self {
+            LearnerState::OneDevice(state) => host_buffers(&state.params)?,
+            LearnerState::Sharded(state) => host_sharded(&state.params)?,
+        };
         let names = decoder.parameters().iter().map(|p| p.name.clone());
-        Ok(names.zip(self.host_arrays(Part::Params)?).collect())
+        Ok(names.zip(tensors).collect())
     }
 
     /// The optimizer state as f32 host tensors, in its order.
     pub fn host_optimizer(&self) -> Result<Vec<HostTensor>> {
-        self.host_arrays(Part::Optimizer)
-    }
-
-    fn host_arrays(&self, part: Part) -> Result<Vec<HostTensor>> {
         match self {
-            LearnerState::OneDevice(state) => part
-                .of(&state.params, &state.optimizer)
-                .iter()
-                .map(host_tensor)
-                .collect(),
-            LearnerState::Sharded(state) => part
-                .of(&state.params, &state.optimizer)
-                .iter()
-                .map(|array| {
-                    let dims = array.tensor_type().dims.iter().map(|&d| d as usize).collect();
-                    Ok(HostTensor::new(dims, array.to_host::<f32>()?)?)
-                })
-                .collect(),
+            LearnerState::OneDevice(state) => host_buffers(&state.optimizer),
+            LearnerState::Sharded(state) => host_sharded(&state.optimizer),
         }
     }
 
@@ -248,18 +253,18 @@ impl LearnerState {
     }
 }
 
-/// Which of a state's arrays.
-#[derive(Clone, Copy)]
-enum Part {
-    Params,
-    Optimizer,
+/// Device buffers as host tensors.
+fn host_buffers(buffers: &[Buffer]) -> Result<Vec<HostTensor>> {
+    buffers.iter().map(host_tensor).collect()
 }
 
-impl Part {
-    fn of<'a, B>(self, params: &'a [B], optimizer: &'a [B]) -> &'a [B] {
-        match self {
-            Part::Params => params,
-            Part::Optimizer => optimizer,
-        }
-    }
+/// Sharded f32 arrays gathered into host tensors.
+fn host_sharded(arrays: &[ShardedBuffer]) -> Result<Vec<HostTensor>> {
+    arrays
+        .iter()
+        .map(|array| {
+            let dims = array.tensor_type().dims.iter().map(|&d| d as usize).collect();
+            Ok(HostTensor::new(dims, array.to_host::<f32>()?)?)
+        })
+        .collect()
 }

@@ -37,14 +37,14 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::batch::{Rollout, StepBatch, pack};
-use crate::checkpoint::TrainingCheckpoint;
+use crate::checkpoint::{TrainingCheckpoint, optimizer_names};
 use crate::collect::PromptEncoder;
 use crate::config::{CheckpointSection, ModelSection, OptimizerSection, RunConfig};
 use crate::data::{Example, PromptSampler};
 use crate::error::{Error, Result};
 use crate::grpo::LoopState;
 use crate::loss::LossType;
-use crate::placement::{BatchInputs, LearnerState, Placement};
+use crate::placement::{BatchInputs, LearnerState, OptimizerState, Placement};
 use crate::schedule::{Decay, Schedule};
 use crate::trainer::{MicroBatchShape, TrainProgram, micro_normalizer, param_types};
 
@@ -410,8 +410,7 @@ impl SftStep {
         )?))
     }
 
-    /// One optimizer step over `micro_batches` (inputs as
-    /// [`sft_batch_types`]), zeroing the optimizer state first if it is empty.
+    /// One optimizer step over `micro_batches` (inputs as [`sft_batch_types`]).
     pub fn step(&self, state: &mut LearnerState, micro_batches: &[BatchInputs], lr: f32) -> Result<StepMetrics> {
         self.0.step(state, micro_batches, lr)
     }
@@ -506,7 +505,11 @@ impl SftLoop {
         parts.placement.check_rows(config.micro_batch_rows)?;
         Ok(SftLoop {
             scorer: LogprobsRunner::new(&parts.client, parts.decoder.clone(), ElementType::F32),
-            state: parts.placement.state(&parts.client, parts.params, &[])?,
+            state: parts.placement.state(
+                &parts.client,
+                parts.params,
+                OptimizerState::Zeros(&optimizer_names(&parts.decoder, &config.optimizer)),
+            )?,
             placement: parts.placement,
             sampler: PromptSampler::new(parts.data.len(), parts.data_seed),
             client: parts.client,

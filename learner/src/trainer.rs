@@ -211,52 +211,38 @@ impl TrainProgram {
     }
 
     /// One optimizer step over `micro_batches` (each the step's batch
-    /// inputs, on the placement the step was compiled for), zeroing the
-    /// optimizer state first if it is still empty.
+    /// inputs, on the placement the step was compiled for).
     pub fn step(&self, state: &mut LearnerState, micro_batches: &[BatchInputs], lr: f32) -> Result<StepMetrics> {
-        let one_device = || -> Option<Vec<Vec<&Buffer>>> {
+        let one_device = || -> Result<Vec<Vec<&Buffer>>> {
             micro_batches
                 .iter()
                 .map(|m| match m {
-                    BatchInputs::OneDevice(inputs) => Some(inputs.iter().collect()),
-                    BatchInputs::Sharded(_) => None,
+                    BatchInputs::OneDevice(inputs) => Ok(inputs.iter().collect()),
+                    BatchInputs::Sharded(_) => Err(misplaced()),
                 })
                 .collect()
         };
-        let sharded = || -> Option<Vec<Vec<&ShardedBuffer>>> {
+        let sharded = || -> Result<Vec<Vec<&ShardedBuffer>>> {
             micro_batches
                 .iter()
                 .map(|m| match m {
-                    BatchInputs::Sharded(inputs) => Some(inputs.iter().collect()),
-                    BatchInputs::OneDevice(_) => None,
+                    BatchInputs::Sharded(inputs) => Ok(inputs.iter().collect()),
+                    BatchInputs::OneDevice(_) => Err(misplaced()),
                 })
                 .collect()
         };
-        let zeroed = state.optimizer_is_empty();
         Ok(match (self, state, micro_batches) {
             (TrainProgram::Whole(step), LearnerState::OneDevice(state), [_]) => {
-                if zeroed {
-                    *state = step.init_state(std::mem::take(&mut state.params))?;
-                }
-                step.step(state, &one_device().ok_or_else(misplaced)?[0], lr)?
+                step.step(state, &one_device()?[0], lr)?
             }
             (TrainProgram::Accumulating(step), LearnerState::OneDevice(state), _) => {
-                if zeroed {
-                    *state = step.init_state(std::mem::take(&mut state.params))?;
-                }
-                step.step(state, &one_device().ok_or_else(misplaced)?, lr)?
+                step.step(state, &one_device()?, lr)?
             }
             (TrainProgram::ShardedWhole(step), LearnerState::Sharded(state), [_]) => {
-                if zeroed {
-                    *state = step.init_state(std::mem::take(&mut state.params))?;
-                }
-                step.step(state, &sharded().ok_or_else(misplaced)?[0], lr)?
+                step.step(state, &sharded()?[0], lr)?
             }
             (TrainProgram::ShardedAccumulating(step), LearnerState::Sharded(state), _) => {
-                if zeroed {
-                    *state = step.init_state(std::mem::take(&mut state.params))?;
-                }
-                step.step(state, &sharded().ok_or_else(misplaced)?, lr)?
+                step.step(state, &sharded()?, lr)?
             }
             (TrainProgram::Whole(_) | TrainProgram::ShardedWhole(_), _, [_]) => return Err(misplaced()),
             (TrainProgram::Whole(_) | TrainProgram::ShardedWhole(_), _, _) => {

@@ -10,8 +10,9 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
+use grpo_learner::checkpoint::optimizer_names;
 use grpo_learner::data::{Example, Prompt};
-use grpo_learner::placement::{LearnerState, Placement};
+use grpo_learner::placement::{LearnerState, OptimizerState, Placement};
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_learner::sft::{
     SftConfig, SftExample, SftLoop, SftParts, SftRunConfig, SftStep, SftStepConfig, encode_examples, pack_examples,
@@ -114,6 +115,7 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     assert_eq!(packed.tokens, 16);
     assert_eq!(packed.normalizer, 16.0);
     let one_device = Placement::new(&client, None).unwrap();
+    let zeros = optimizer_names(&decoder, &optimizer);
     let whole = SftStep::compile(
         &client,
         &decoder,
@@ -123,7 +125,9 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
         1,
     )
     .unwrap();
-    let mut state = one_device.state(&client, params(), &[]).unwrap();
+    let mut state = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
     let inputs = upload_batch(&client, &one_device, &packed).unwrap();
     let metrics = whole.step(&mut state, &inputs, 1e-2).unwrap();
     let loss = f64::from(metrics.loss);
@@ -147,7 +151,9 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
         2,
     )
     .unwrap();
-    let mut micro_state = one_device.state(&client, params(), &[]).unwrap();
+    let mut micro_state = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
     let inputs = upload_batch(&client, &one_device, &halves).unwrap();
     let micro_metrics = micro.step(&mut micro_state, &inputs, 1e-2).unwrap();
     assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);

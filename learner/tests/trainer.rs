@@ -8,8 +8,9 @@ use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
 use grpo_learner::batch::{Rollout, pack};
+use grpo_learner::checkpoint::optimizer_names;
 use grpo_learner::loss::{GrpoLoss, LossType};
-use grpo_learner::placement::{LearnerState, Placement};
+use grpo_learner::placement::{LearnerState, OptimizerState, Placement};
 use grpo_learner::trainer::{GrpoStep, OldLogprobs, StepConfig, micro_normalizer};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
@@ -111,6 +112,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
     };
+    let zeros = optimizer_names(&decoder, &optimizer);
     let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
     let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
 
@@ -120,7 +122,9 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let shape = packed.micro_batches[0].shape;
     let one_device = Placement::new(&client, None).unwrap();
     let whole = GrpoStep::compile(&client, &decoder, &config, &one_device, shape, 1).unwrap();
-    let mut state = one_device.state(&client, params(), &[]).unwrap();
+    let mut state = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
     let upload = || {
         packed.micro_batches[0]
             .upload(&client, &one_device, normalizer)
@@ -178,7 +182,9 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
         2,
     )
     .unwrap();
-    let mut micro_state = one_device.state(&client, params(), &[]).unwrap();
+    let mut micro_state = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
     let share = micro_normalizer(normalizer, 2);
     let halves: Vec<_> = halved
         .micro_batches
@@ -226,6 +232,7 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
         weight_decay: 0.0,
         ..AdamW::default()
     };
+    let zeros = optimizer_names(&decoder, &optimizer);
     let run = |compute| {
         let config = StepConfig {
             dtype: ElementType::F32,
@@ -244,7 +251,9 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
             1,
         )
         .unwrap();
-        let mut state = one_device.state(&client, params(), &[]).unwrap();
+        let mut state = one_device
+            .state(&client, params(), OptimizerState::Zeros(&zeros))
+            .unwrap();
         let metrics = step.step(&mut state, std::slice::from_ref(&batch), 1e-3).unwrap();
         let LearnerState::OneDevice(state) = &state else {
             panic!("a one-device state")

@@ -166,7 +166,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     let resume = resume_from
         .as_ref()
-        .map(|dir| Resume::from_checkpoint(&checkpoint::load(dir)?, &decoder, &grpo.optimizer))
+        .map(|dir| Resume::from_checkpoint(checkpoint::load(dir)?, &decoder, &grpo.optimizer))
         .transpose()?;
     let params = upload()?;
     let placement = Placement::new(&client, config.trainer.parallelism(devices.len())?)?;

@@ -153,25 +153,21 @@ impl Run {
 
     /// Waits until the run's log holds `needle` (the run must still be going).
     fn wait_for_log(&mut self, needle: &str) {
-        let started = Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                self.child.try_wait().unwrap().is_none(),
-                "the run ended early: {}",
-                self.log()
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(300),
-                "no `{needle}` in 5 minutes"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.wait_until(&format!("`{needle}`"), |run| run.log().contains(needle));
     }
 
     /// Waits until `steps` steps are logged (the run must still be going).
     fn wait_for_steps(&mut self, steps: usize) {
+        let metrics = self.metrics.clone();
+        self.wait_until(&format!("{steps} steps"), |_| {
+            std::fs::read_to_string(&metrics).map_or(0, |m| m.lines().count()) >= steps
+        });
+    }
+
+    /// Waits up to 5 minutes until `done`, failing if the run ends first.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&Self) -> bool) {
         let started = Instant::now();
-        while std::fs::read_to_string(&self.metrics).map_or(0, |m| m.lines().count()) < steps {
+        while !done(self) {
             assert!(
                 self.child.try_wait().unwrap().is_none(),
                 "the run ended early: {}",
@@ -179,7 +175,7 @@ impl Run {
             );
             assert!(
                 started.elapsed() < Duration::from_secs(300),
-                "no {steps} steps in 5 minutes: {}",
+                "no {what} in 5 minutes: {}",
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));

@@ -138,37 +138,58 @@ pub(super) async fn generate(backend: Backend, request: Request) -> Result<Vec<C
     }
 }
 
-/// A version's weights encoded for the wire, made by the first worker push
-/// of the version and shared by the others (one encoded copy, one pass).
-pub(super) type SharedEncoding = Arc<OnceCell<Arc<EncodedUpdate>>>;
+/// The fleet's current weights as pushes take them: the tensors (for the
+/// in-process engine and for encoding), and their encoding for the wire,
+/// made by the first worker push of the version and shared by the others
+/// (one encoded copy, one pass).
+#[derive(Clone)]
+pub(super) struct Payload {
+    /// The named f32 tensors.
+    pub tensors: Weights,
+    encoded: Arc<OnceCell<Arc<EncodedUpdate>>>,
+}
 
-/// Installs `weights` as `version` on the member: in memory for the
-/// in-process engine, else the version's `encoding` (made here if no
-/// other push made it yet, off the async threads).
+impl Payload {
+    /// `tensors`, not yet encoded.
+    pub fn new(tensors: Weights) -> Payload {
+        Payload {
+            tensors,
+            encoded: Arc::default(),
+        }
+    }
+
+    /// The tensors encoded as `version` by `options`: made off the async
+    /// threads by the first caller, shared with the others.
+    async fn encoded(&self, version: u64, options: PushOptions) -> Result<&EncodedUpdate, Failure> {
+        let tensors = self.tensors.clone();
+        let update = self
+            .encoded
+            .get_or_try_init(|| async move {
+                let encode = move || options.encode(version, &tensors).map(Arc::new);
+                tokio::task::spawn_blocking(encode)
+                    .await
+                    .map_err(|e| Failure {
+                        message: format!("encoding the weights failed: {e}"),
+                        permanent: false,
+                    })?
+                    .map_err(Failure::from)
+            })
+            .await?;
+        Ok(update)
+    }
+}
+
+/// Installs `payload` as `version` on the member: the tensors in memory
+/// for the in-process engine, their encoding for a worker.
 pub(super) async fn push(
     backend: Backend,
     version: u64,
-    weights: Weights,
-    encoding: SharedEncoding,
+    payload: Payload,
     options: PushOptions,
 ) -> Result<(), Failure> {
     match backend {
-        Backend::Remote(mut client) => {
-            let update = encoding
-                .get_or_try_init(|| async move {
-                    let encode = move || options.encode(version, &weights).map(Arc::new);
-                    tokio::task::spawn_blocking(encode)
-                        .await
-                        .map_err(|e| Failure {
-                            message: format!("encoding the weights failed: {e}"),
-                            permanent: false,
-                        })?
-                        .map_err(Failure::from)
-                })
-                .await?;
-            Ok(client.push_encoded(update).await?)
-        }
-        Backend::Local(handle) => Ok(handle.update_weights(version, weights, InFlight::Keep).await?),
+        Backend::Remote(mut client) => Ok(client.push_encoded(payload.encoded(version, options).await?).await?),
+        Backend::Local(handle) => Ok(handle.update_weights(version, payload.tensors, InFlight::Keep).await?),
     }
 }
 

@@ -45,7 +45,7 @@ use grpo_xla::Buffer;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::member::{self, Backend, Failure, Member, SharedEncoding, State};
+use super::member::{self, Backend, Failure, Member, Payload, State};
 use super::{Fleet, FleetHealth, SyncReport, Weights, f32_bytes};
 use crate::checkpoint::host_tensors;
 use crate::error::{Error, Result};
@@ -150,10 +150,9 @@ pub struct WorkerFleet {
     events: mpsc::UnboundedSender<Event>,
     inbox: mpsc::UnboundedReceiver<Event>,
     /// The fleet's policy version and its weights (for members that join
-    /// later), and their encoding for workers once a push made it.
+    /// later).
     version: Option<u64>,
-    weights: Option<Weights>,
-    encoding: SharedEncoding,
+    weights: Option<Payload>,
     next_ticket: u64,
     /// Groups queued again since the start.
     requeued_groups: u64,
@@ -180,7 +179,6 @@ impl WorkerFleet {
             inbox,
             version: None,
             weights: None,
-            encoding: SharedEncoding::default(),
             next_ticket: 0,
             requeued_groups: 0,
         })
@@ -305,14 +303,13 @@ impl WorkerFleet {
             return;
         };
         let ticket = self.ticket();
-        let (backend, encoding, options, events) = (
+        let (backend, options, events) = (
             self.members[index].backend.clone(),
-            self.encoding.clone(),
             self.config.push,
             self.events.clone(),
         );
         let task = self.runtime.spawn(async move {
-            let result = member::push(backend, version, weights, encoding, options).await;
+            let result = member::push(backend, version, weights, options).await;
             let _ = events.send(Event::Pushed {
                 member: index,
                 ticket,
@@ -538,7 +535,7 @@ impl WorkerFleet {
 
     /// Bytes of values one push of the current weights sends to the member.
     fn wire_bytes(&self, index: usize) -> u64 {
-        let f32 = self.weights.as_deref().map_or(0, f32_bytes);
+        let f32 = self.weights.as_ref().map_or(0, |w| f32_bytes(&w.tensors));
         match self.members[index].backend {
             Backend::Remote(_) => f32 / 4 * self.config.push.dtype.element_bytes() as u64,
             Backend::Local(_) => f32,
@@ -636,8 +633,7 @@ impl Fleet for WorkerFleet {
     fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
         let started = Instant::now();
         self.version = Some(version);
-        self.weights = Some(tensors);
-        self.encoding = SharedEncoding::default();
+        self.weights = Some(Payload::new(tensors));
         for index in 0..self.members.len() {
             self.forget_ping(index);
             let member = &mut self.members[index];
@@ -667,8 +663,7 @@ impl Fleet for WorkerFleet {
         self.version = Some(version);
         let remote = self.registry.is_some() || self.members.iter().any(|m| matches!(m.backend, Backend::Remote(_)));
         if remote {
-            self.weights = Some(host_tensors::<Weights>(params)?);
-            self.encoding = SharedEncoding::default();
+            self.weights = Some(Payload::new(host_tensors::<Weights>(params)?));
         }
         self.drive(Work::sync()).map(|_| ())
     }

@@ -6,7 +6,8 @@ examples/arithmetic/), each with its worked answer as the completion.
     python3 examples/sft/make_data.py [--rows 1100] [--seed 1]
 
 Output: examples/sft/data.jsonl, one row per line:
-{"prompt": [{"role": "user", "content": "What is 47 - 9? ..."}],
+{"prompt": [{"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": "What is 47 - 9?"}],
  "completion": "47 - 9 = 38. The answer is 38."}
 `grpo sft` renders the prompt with the model's chat template, appends the
 completion's tokens and EOS, and trains on those tokens only. The config
@@ -19,7 +20,7 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "arithmetic"))
-from make_data import problems  # noqa: E402  (the arithmetic example's generator)
+from make_data import chat, problems  # noqa: E402  (the arithmetic example's generator)
 
 
 def main() -> None:
@@ -31,7 +32,7 @@ def main() -> None:
     with out.open("w") as f:
         for expression, answer, question in problems(args.seed, args.rows):
             row = {
-                "prompt": [{"role": "user", "content": question}],
+                "prompt": chat(question),
                 "completion": f"{expression} = {answer}. The answer is {answer}.",
             }
             f.write(json.dumps(row) + "\n")

@@ -19,8 +19,8 @@ SYSTEM_PROMPT = "Answer with a number."
 
 
 def problems(seed: int, rows: int):
-    """`rows` seeded problems as (expression, answer, question); the SFT
-    example's data comes from here too."""
+    """`rows` seeded problems as (expression, answer), e.g. ("47 - 9", 38);
+    the SFT example's data comes from here too."""
     rng = random.Random(seed)
     for _ in range(rows):
         digits = rng.choice([1, 2])
@@ -28,14 +28,14 @@ def problems(seed: int, rows: int):
         b = rng.randint(0, 10**digits - 1)
         op = rng.choice(["+", "-"])
         answer = a + b if op == "+" else a - b
-        yield f"{a} {op} {b}", answer, f"What is {a} {op} {b}?"
+        yield f"{a} {op} {b}", answer
 
 
-def chat(question: str):
-    """The prompt's chat turns. The short system turn replaces the model's
-    default one (about 20 tokens): 29 prompt tokens a row instead of 58, so
-    a train step holds a third fewer tokens."""
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+def chat(expression: str):
+    """The prompt's chat turns asking for `expression`. The short system turn
+    replaces the model's default one (about 20 tokens): 29 prompt tokens a
+    row instead of 58, so a train step holds a third fewer tokens."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"What is {expression}?"}]
 
 
 def main() -> None:
@@ -45,8 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     out = pathlib.Path(__file__).with_name("data.jsonl")
     with out.open("w") as f:
-        for _, answer, question in problems(args.seed, args.rows):
-            row = {"prompt": chat(question), "answer": str(answer)}
+        for expression, answer in problems(args.seed, args.rows):
+            row = {"prompt": chat(expression), "answer": str(answer)}
             f.write(json.dumps(row) + "\n")
     print(f"wrote {args.rows} rows to {out}")
 

@@ -30,9 +30,9 @@ def main() -> None:
     args = parser.parse_args()
     out = pathlib.Path(__file__).with_name("data.jsonl")
     with out.open("w") as f:
-        for expression, answer, question in problems(args.seed, args.rows):
+        for expression, answer in problems(args.seed, args.rows):
             row = {
-                "prompt": chat(question),
+                "prompt": chat(expression),
                 "completion": f"{expression} = {answer}. The answer is {answer}.",
             }
             f.write(json.dumps(row) + "\n")

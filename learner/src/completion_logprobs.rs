@@ -3,7 +3,7 @@
 //! policy of the clipped ratio when a batch gets `μ > 1` optimization
 //! passes (TRL's `num_iterations`; [`crate::trainer::OldLogprobs::Input`]),
 //! computed before the first, and the frozen reference's of the KL term
-//! when β > 0.
+//! when β > 0 — both at the sampling temperature, as the policy's are.
 //!
 //! On an SPMD placement the program is partitioned like the train step:
 //! the weights in their layout (FSDP shards stay shards), the micro-batch's
@@ -26,16 +26,20 @@ pub struct CompletionLogprobs {
     decoder: Decoder,
     /// Devices the programs are partitioned over (1: not partitioned).
     devices: usize,
+    /// The logits are divided by it (the rollouts' sampling temperature).
+    temperature: f64,
     programs: HashMap<MicroBatchShape, Executable>,
 }
 
 impl CompletionLogprobs {
-    /// Programs of `decoder` with f32 parameters, for weights and batches on `placement`.
-    pub fn new(client: &Client, decoder: &Decoder, placement: &Placement) -> CompletionLogprobs {
+    /// Programs of `decoder` with f32 parameters, for weights and batches
+    /// on `placement`, scoring at `temperature`.
+    pub fn new(client: &Client, decoder: &Decoder, placement: &Placement, temperature: f32) -> CompletionLogprobs {
         CompletionLogprobs {
             client: client.clone(),
             decoder: decoder.clone(),
             devices: placement.device_count(),
+            temperature: f64::from(temperature),
             programs: HashMap::new(),
         }
     }
@@ -80,9 +84,13 @@ impl CompletionLogprobs {
             let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;
-            let (logprobs, _) =
-                self.decoder
-                    .token_logprobs(&tensors, &ids, &attention, shape.completion_tokens as i64)?;
+            let (logprobs, _) = self.decoder.token_logprobs(
+                &tensors,
+                &ids,
+                &attention,
+                shape.completion_tokens as i64,
+                self.temperature,
+            )?;
             let mut function = graph.build(&[&logprobs])?;
             if let Some(mut inputs) = layout {
                 let rows = Sharding::split(0, self.devices);

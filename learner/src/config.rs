@@ -120,7 +120,8 @@ pub struct RolloutSection {
     pub prompts_per_step: usize,
     /// Most completion tokens. Default 32.
     pub max_completion_tokens: usize,
-    /// Sampling temperature. Default 1.0.
+    /// Sampling temperature (> 0); the learner scores the samples at it
+    /// too (TRL's semantics). Default 1.0.
     pub temperature: f32,
     /// Longest prompt + completion. Default 256.
     pub max_model_len: usize,
@@ -557,6 +558,15 @@ impl RunConfig {
         if r.group_size < 2 {
             return Err(invalid("rollout.group_size", format!("{}: at least 2", r.group_size)));
         }
+        if !(r.temperature > 0.0 && r.temperature.is_finite()) {
+            return Err(invalid(
+                "rollout.temperature",
+                format!(
+                    "{}: must be > 0 (a group's samples must differ; the learner scores them at this temperature)",
+                    r.temperature
+                ),
+            ));
+        }
         if r.prompts_per_step == 0 || r.max_completion_tokens == 0 || self.trainer.micro_batch_size == 0 {
             return Err(invalid(
                 "rollout.prompts_per_step",
@@ -605,13 +615,13 @@ impl RunConfig {
             group_size: r.group_size,
             prompts_per_step: r.prompts_per_step,
             max_completion_tokens: r.max_completion_tokens,
-            temperature: r.temperature,
             loss: GrpoLoss {
                 loss_type,
                 epsilon: a.epsilon,
                 epsilon_high: a.epsilon_high.unwrap_or(a.epsilon),
                 beta: a.beta,
                 importance,
+                temperature: r.temperature,
             },
             scale_rewards,
             schedule: Schedule {

@@ -53,9 +53,7 @@ pub struct GrpoConfig {
     pub prompts_per_step: usize,
     /// Most completion tokens.
     pub max_completion_tokens: usize,
-    /// Sampling temperature of the rollouts.
-    pub temperature: f32,
-    /// The loss.
+    /// The loss (with the rollouts' sampling temperature).
     pub loss: GrpoLoss,
     /// Advantage scaling.
     pub scale_rewards: ScaleRewards,
@@ -347,12 +345,12 @@ impl GrpoLoop {
                 group_size: config.group_size,
                 prompts_per_step: config.prompts_per_step,
                 max_completion_tokens: config.max_completion_tokens,
-                temperature: config.temperature,
+                temperature: config.loss.temperature,
                 seed: config.seed,
             },
             version: step as u64,
         };
-        let logprobs_programs = CompletionLogprobs::new(&client, &decoder, &placement);
+        let logprobs_programs = CompletionLogprobs::new(&client, &decoder, &placement, config.loss.temperature);
         let zeros = optimizer_names(&decoder, &config.optimizer);
         let optimizer = match optimizer.is_empty() {
             true => OptimizerState::Zeros(&zeros),

@@ -81,6 +81,11 @@ pub struct GrpoLoss {
     pub beta: f32,
     /// Rollout/learner mismatch correction. Default token-level, cap 2.
     pub importance: Importance,
+    /// The rollouts' sampling temperature, at which the learner scores
+    /// them: its log-probs and entropies are those of the logits divided
+    /// by it (TRL's and verl's semantics; the engine returns behaviour
+    /// log-probs at the same temperature). Default 1.
+    pub temperature: f32,
 }
 
 impl Default for GrpoLoss {
@@ -91,6 +96,7 @@ impl Default for GrpoLoss {
             epsilon_high: 0.2,
             beta: 0.0,
             importance: Importance::Token { cap: 2.0 },
+            temperature: 1.0,
         }
     }
 }
@@ -107,6 +113,9 @@ impl GrpoLoss {
         }
         if !(self.beta >= 0.0 && self.beta.is_finite()) {
             return bad("beta", format!("{} must be ≥ 0", self.beta));
+        }
+        if !(self.temperature > 0.0 && self.temperature.is_finite()) {
+            return bad("temperature", format!("{} must be > 0", self.temperature));
         }
         match self.importance {
             Importance::Token { cap } | Importance::Sequence { cap } if !(cap > 1.0 && cap.is_finite()) => {

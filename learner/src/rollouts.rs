@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use grpo_reward::RewardPool;
-use grpo_rollout::request::SamplingParams;
+use grpo_rollout::request::{LogprobsMode, SamplingParams};
 use serde_json::{Map, Value};
 
 use crate::collect::{Collected, PromptEncoder, collect};
@@ -97,6 +97,8 @@ impl RolloutSide {
                 max_tokens: s.max_completion_tokens,
                 temperature: s.temperature,
                 seed: s.seed.wrapping_add((first_seed + i) as u32),
+                // Behaviour log-probs at the sampling temperature, as the learner scores.
+                logprobs_mode: LogprobsMode::Processed,
                 ..SamplingParams::default()
             },
         )?;

@@ -365,7 +365,7 @@ pub fn traced_sft_loss(
     batch: &[Tensor],
 ) -> grpo_xla::Result<(Tensor, Vec<Tensor>)> {
     let (ids, attention, completion, normalizer) = (&batch[0], &batch[1], &batch[2], &batch[3]);
-    let (logprobs, _) = decoder.token_logprobs(params, ids, attention, completion.dims()[1])?;
+    let (logprobs, _) = decoder.token_logprobs(params, ids, attention, completion.dims()[1], 1.0)?;
     let nll = logprobs.mul(completion)?.sum_all()?.neg()?;
     let loss = nll.div(normalizer)?;
     Ok((loss, vec![nll.stop_gradient()?]))

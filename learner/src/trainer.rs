@@ -106,7 +106,13 @@ pub fn traced_loss(
     };
     let (ids, attention, completion, behaviour, advantages, normalizer) =
         (&batch[0], &batch[1], &batch[2], &batch[3], &batch[4], &batch[5]);
-    let (logprobs, entropy) = decoder.token_logprobs(params, ids, attention, completion.dims()[1])?;
+    let (logprobs, entropy) = decoder.token_logprobs(
+        params,
+        ids,
+        attention,
+        completion.dims()[1],
+        f64::from(settings.temperature),
+    )?;
     let mut extra = batch[6..].iter();
     let old_logprobs = match old {
         OldLogprobs::OnPolicy => logprobs.stop_gradient()?,

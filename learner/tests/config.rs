@@ -25,6 +25,7 @@ fn invalid_values_name_their_key() {
     let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
     for (extra, key) in [
         ("[rollout]\ngroup_size = 1\n", "rollout.group_size"),
+        ("[rollout]\ntemperature = 0.0\n", "rollout.temperature"),
         ("[rollout]\nweight_dtype = \"f16\"\n", "rollout.weight_dtype"),
         ("[checkpoint]\nevery = -1\n", "checkpoint.every"),
         ("[trainer]\nevals = 3\n", "evals"),

@@ -105,7 +105,6 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         group_size: 4,
         prompts_per_step: 4,
         max_completion_tokens: 8,
-        temperature: 1.0,
         loss: GrpoLoss {
             beta: variant.beta,
             ..GrpoLoss::default()

@@ -202,6 +202,7 @@ fn every_variant_matches_the_host_formulas_and_their_gradient() {
                     epsilon_high: 0.28,
                     beta,
                     importance,
+                    ..GrpoLoss::default()
                 };
                 let exe = program(&client, &settings);
                 for seed in 0..3 {

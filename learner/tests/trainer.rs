@@ -2,7 +2,8 @@
 //! its metrics equal the host formulas on the log-probs of the separate
 //! log-prob program; one step raises the log-probs of positively advantaged
 //! completions and lowers the others; two micro-batches update the
-//! parameters as one whole batch does.
+//! parameters as one whole batch does; at a sampling temperature the step's
+//! log-probs and entropies are those of the tempered logits.
 
 use std::path::Path;
 
@@ -83,55 +84,44 @@ fn mean_logprobs<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params
         .collect()
 }
 
-#[test]
-fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
-    let client = client();
-    let (decoder, weights) = fixture();
+/// One on-policy DAPO step over the four sequences, scored at
+/// `temperature`, whose loss and entropy are checked against the log-prob
+/// program's at that temperature. Returns the state after it, what the
+/// step compiled and ran with, and the advantages.
+struct OnPolicyStep {
+    state: LearnerState,
+    metrics: grpo_xla::trace::StepMetrics,
+    logprobs: Vec<Vec<f32>>,
+    adv: Vec<f32>,
+    normalizer: f32,
+}
+
+fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, temperature: f32) -> OnPolicyStep {
     let device = client.device(0).unwrap();
-    let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
-    let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
+    let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(client, decoder.clone(), ElementType::F32).at_temperature(f64::from(temperature));
     let seqs = sequences();
     let ids: Vec<Vec<u32>> = seqs.iter().map(|(ids, _)| ids.clone()).collect();
-    let stats = runner.run(&params(), &ids).unwrap();
+    let stats = runner.run(&params, &ids).unwrap();
     let logprobs: Vec<Vec<f32>> = stats.iter().map(|s| s.logprobs.clone()).collect();
     let rewards = [Some(1.0), Some(0.0), Some(0.2), Some(0.9)];
     let adv = advantages(&rewards, 2, ScaleRewards::Group).unwrap().values;
-
-    let optimizer = AdamW {
-        weight_decay: 0.0,
-        ..AdamW::default()
-    };
-    let config = StepConfig {
-        dtype: ElementType::F32,
-        compute: ElementType::F32,
-        loss: GrpoLoss {
-            loss_type: LossType::Dapo,
-            ..GrpoLoss::default()
-        },
-        old: OldLogprobs::OnPolicy,
-        optimizer: &optimizer,
-        max_grad_norm: Some(1.0),
-    };
-    let zeros = optimizer_names(&decoder, &optimizer);
+    let optimizer = adamw();
+    let config = dapo_step(&optimizer, temperature);
+    let zeros = optimizer_names(decoder, &optimizer);
     let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
     let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
-
-    // One micro-batch of four rows.
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
     assert_eq!(packed.normalizer, normalizer);
-    let shape = packed.micro_batches[0].shape;
-    let one_device = Placement::new(&client, None).unwrap();
-    let whole = GrpoStep::compile(&client, &decoder, &config, &one_device, shape, 1).unwrap();
-    let mut state = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
-    let upload = || {
-        packed.micro_batches[0]
-            .upload(&client, &one_device, normalizer)
-            .unwrap()
-    };
-    let metrics = whole.step(&mut state, &[upload()], 1e-2).unwrap();
-    // On-policy the ratio is 1 and nothing is clipped: loss = −Σ_b A_b·|b| / N.
+    let one_device = Placement::new(client, None).unwrap();
+    let step = GrpoStep::compile(client, decoder, &config, &one_device, packed.micro_batches[0].shape, 1).unwrap();
+    let mut state = one_device.state(client, params, OptimizerState::Zeros(&zeros)).unwrap();
+    let upload = || packed.micro_batches[0].upload(client, &one_device, normalizer).unwrap();
+    let error = step.step(&mut state, &[upload(), upload()], 1e-2);
+    assert!(error.unwrap_err().to_string().contains("micro_batches"));
+    let metrics = step.step(&mut state, &[upload()], 1e-2).unwrap();
+    // On-policy the ratio is 1, the behaviour's importance weight too, and
+    // nothing is clipped: loss = −Σ_b A_b·|b| / N.
     let want: f64 = -seqs
         .iter()
         .zip(&adv)
@@ -140,7 +130,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
         / f64::from(normalizer);
     assert!(
         (f64::from(metrics.loss) - want).abs() < 1e-5,
-        "loss {} vs {want}",
+        "T {temperature}: loss {} vs {want}",
         metrics.loss
     );
     assert_eq!(metrics.metrics[..3], [0.0, 0.0, 0.0], "no clipping, no KL on-policy");
@@ -156,8 +146,73 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
         .sum();
     assert!(
         (f64::from(metrics.metrics[3]) - entropy).abs() < 1e-3 * entropy,
-        "entropy sum"
+        "T {temperature}: entropy sum {} vs {entropy}",
+        metrics.metrics[3]
     );
+    OnPolicyStep {
+        state,
+        metrics,
+        logprobs,
+        adv,
+        normalizer,
+    }
+}
+
+fn adamw() -> AdamW {
+    AdamW {
+        weight_decay: 0.0,
+        ..AdamW::default()
+    }
+}
+
+/// An on-policy f32 DAPO step at `temperature`, clipping at norm 1.
+fn dapo_step(optimizer: &AdamW, temperature: f32) -> StepConfig<'_> {
+    StepConfig {
+        dtype: ElementType::F32,
+        compute: ElementType::F32,
+        loss: GrpoLoss {
+            loss_type: LossType::Dapo,
+            temperature,
+            ..GrpoLoss::default()
+        },
+        old: OldLogprobs::OnPolicy,
+        optimizer,
+        max_grad_norm: Some(1.0),
+    }
+}
+
+#[test]
+fn a_step_at_a_sampling_temperature_scores_at_it() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let hot = on_policy_step(&client, &decoder, &weights, 1.7);
+    let cold = on_policy_step(&client, &decoder, &weights, 1.0);
+    assert!(
+        (hot.metrics.metrics[3] - cold.metrics.metrics[3]).abs() > 1e-2 * cold.metrics.metrics[3],
+        "entropy at 1.7 ({}) differs from entropy at 1 ({})",
+        hot.metrics.metrics[3],
+        cold.metrics.metrics[3]
+    );
+}
+
+#[test]
+fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
+    let OnPolicyStep {
+        state,
+        metrics,
+        logprobs,
+        adv,
+        normalizer,
+    } = on_policy_step(&client, &decoder, &weights, 1.0);
+    let optimizer = adamw();
+    let config = dapo_step(&optimizer, 1.0);
+    let zeros = optimizer_names(&decoder, &optimizer);
+    let one_device = Placement::new(&client, None).unwrap();
 
     let before = mean_logprobs(&runner, &params());
     let after = state
@@ -202,8 +257,6 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
     }
-    let error = whole.step(&mut state, &[upload(), upload()], 1e-2);
-    assert!(error.unwrap_err().to_string().contains("micro_batches"));
 }
 
 #[test]
@@ -228,10 +281,7 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
     let batch = packed.micro_batches[0]
         .upload(&client, &one_device, packed.normalizer)
         .unwrap();
-    let optimizer = AdamW {
-        weight_decay: 0.0,
-        ..AdamW::default()
-    };
+    let optimizer = adamw();
     let zeros = optimizer_names(&decoder, &optimizer);
     let run = |compute| {
         let config = StepConfig {

@@ -335,8 +335,10 @@ impl Decoder {
     /// `last` tokens of each row (at most `T − 1`): entry `j` is
     /// `log p(ids[s+j] | ids[..s+j])` with `s = T − last`, and the entropy
     /// of that distribution; `last = T − 1` scores every token but the
-    /// first. Positions come from the mask (count of real tokens before each
-    /// one), so left and right padding both work. Only the scored positions
+    /// first. The distributions are those of the logits divided by
+    /// `temperature` (1: the model's own). Positions come from the mask
+    /// (count of real tokens before each one), so left and right padding
+    /// both work. Only the scored positions
     /// reach the output head, which runs in chunks of at most
     /// [`HEAD_CHUNK`] tokens with a recomputing gradient, so `[B, T, vocab]`
     /// logits are never held.
@@ -346,6 +348,7 @@ impl Decoder {
         ids: &Tensor,
         mask: &Tensor,
         last: i64,
+        temperature: f64,
     ) -> Result<(Tensor, Tensor)> {
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         if !(1..t).contains(&last) {
@@ -370,6 +373,7 @@ impl Decoder {
             self.head_weight(tensors)?,
             &targets.reshape(&[tokens])?,
             chunk,
+            temperature,
         )?;
         Ok((logprobs.reshape(&[b, last])?, entropy.reshape(&[b, last])?))
     }

@@ -17,6 +17,8 @@ pub struct LogprobsRunner {
     client: Client,
     decoder: Decoder,
     dtype: ElementType,
+    /// The logits are divided by it (1: the model's own distribution).
+    temperature: f64,
     programs: Mutex<HashMap<(i64, i64), Executable>>,
 }
 
@@ -41,8 +43,15 @@ impl LogprobsRunner {
             client: client.clone(),
             decoder,
             dtype,
+            temperature: 1.0,
             programs: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The runner scoring under the logits divided by `temperature` (> 0),
+    /// as a sampler at that temperature draws.
+    pub fn at_temperature(self, temperature: f64) -> LogprobsRunner {
+        LogprobsRunner { temperature, ..self }
     }
 
     fn program(&self, batch: i64, length: i64) -> Result<Executable> {
@@ -54,7 +63,9 @@ impl LogprobsRunner {
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[batch, length])?;
         let mask = graph.parameter(ElementType::Pred, &[batch, length])?;
-        let (logprobs, entropy) = self.decoder.token_logprobs(&params, &ids, &mask, length - 1)?;
+        let (logprobs, entropy) = self
+            .decoder
+            .token_logprobs(&params, &ids, &mask, length - 1, self.temperature)?;
         let program = graph.build(&[&logprobs, &entropy])?.compile(&self.client)?;
         programs.insert((batch, length), program.clone());
         Ok(program)

@@ -64,7 +64,7 @@ fn check_family(family: &str) {
     let params: Vec<Tensor> = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
     let ids = graph.parameter(ElementType::S32, &[b, t]).unwrap();
     let mask = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
-    let (logprobs, entropy) = decoder.token_logprobs(&params, &ids, &mask, t - 1).unwrap();
+    let (logprobs, entropy) = decoder.token_logprobs(&params, &ids, &mask, t - 1, 1.0).unwrap();
     let target_mask = mask.slice_axis(1, 1, t).unwrap();
     let weight = target_mask
         .select(&logprobs.ones_like().unwrap(), &logprobs.zeros_like().unwrap())

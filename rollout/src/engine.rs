@@ -31,7 +31,7 @@ use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 use crate::error::{Error, Result};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
 use crate::programs::{ProgramKey, Programs, upload};
-use crate::request::{Limits, Request};
+use crate::request::{Limits, LogprobsMode, Request};
 use crate::sampling::SamplerKind;
 use crate::text::SampleText;
 
@@ -689,6 +689,7 @@ struct RowInputs {
     min_p: Vec<f32>,
     seed: Vec<u32>,
     step: Vec<u32>,
+    processed_logprobs: Vec<f32>,
 }
 
 impl RowInputs {
@@ -707,6 +708,7 @@ impl RowInputs {
             min_p: Vec::new(),
             seed: Vec::new(),
             step: Vec::new(),
+            processed_logprobs: Vec::new(),
         };
         let idle = crate::request::SamplingParams {
             temperature: 0.0,
@@ -728,6 +730,8 @@ impl RowInputs {
             r.min_p.push(p.min_p);
             r.seed.push(p.sample_seed(sequence.map_or(0, |s| s.index)));
             r.step.push(generated as u32);
+            let processed = p.logprobs_mode == LogprobsMode::Processed;
+            r.processed_logprobs.push(if processed { 1.0 } else { 0.0 });
         }
         r
     }
@@ -749,6 +753,7 @@ impl RowInputs {
             upload(client, device, &self.min_p, &vector)?,
             upload(client, device, &self.seed, &vector)?,
             upload(client, device, &self.step, &vector)?,
+            upload(client, device, &self.processed_logprobs, &vector)?,
         ])
     }
 }

@@ -288,7 +288,8 @@ impl Programs {
             in_prompt: &rows(&state[layers + 1])?,
             stop_tokens: &rows(&state[layers + 2])?,
         };
-        let (tokens, logprobs) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history, sampler)?;
+        let (tokens, scored) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history, sampler)?;
+        let logprobs = scored.gathered_log_probs(&tokens)?;
         // Each busy row counts its new token.
         let vocab = graph.iota(ElementType::S32, &[b, self.vocab()], 1)?;
         let busy = positions.ge(&positions.zeros_like()?)?;
@@ -299,7 +300,7 @@ impl Programs {
 
         let mut outputs = vec![tokens, logprobs];
         if top {
-            let (ids, values) = top_logprobs(&logits, MAX_TOP_LOGPROBS as i64)?;
+            let (ids, values) = top_logprobs(&scored, MAX_TOP_LOGPROBS as i64)?;
             outputs.extend([ids, values]);
         }
         let first_result = outputs.len();

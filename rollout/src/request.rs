@@ -46,6 +46,24 @@ pub struct SamplingParams {
     pub logprobs: Option<usize>,
     /// Leave special tokens out of the returned text. Default true.
     pub skip_special_tokens: bool,
+    /// Which distribution the returned log-probs are taken from. Default
+    /// [`LogprobsMode::Raw`].
+    pub logprobs_mode: LogprobsMode,
+}
+
+/// Which distribution a sample's log-probs (each token's and the top
+/// ones) are taken from (vLLM's `logprobs_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogprobsMode {
+    /// The model's own: `log_softmax(z)` of the raw logits `z`.
+    #[default]
+    Raw,
+    /// The sampling distribution's: `log_softmax(z' / T)` of the logits
+    /// `z'` after the penalties, at the request's temperature `T` (1 for
+    /// greedy rows), before top-k / top-p / min-p filtering. What a GRPO
+    /// learner scoring at the same temperature needs as the behaviour
+    /// policy.
+    Processed,
 }
 
 impl Default for SamplingParams {
@@ -68,6 +86,7 @@ impl Default for SamplingParams {
             ignore_eos: false,
             logprobs: None,
             skip_special_tokens: true,
+            logprobs_mode: LogprobsMode::Raw,
         }
     }
 }

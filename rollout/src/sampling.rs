@@ -25,8 +25,11 @@
 //! request's draws do not depend on what else shares its batch (given the
 //! same logits: those can differ in the last bits between batch shapes,
 //! as the CPU's matrix kernels change with the row count). Each token is
-//! returned with `log_softmax(z)[token]` — its log-prob under the
-//! unmodified policy, what the learner's importance ratio needs.
+//! returned with the logits its log-prob is read from: the raw `z` (its
+//! log-prob under the unmodified policy), or, for rows asking for
+//! processed log-probs, the penalized `z / T` (under the distribution it
+//! was drawn from before filtering — what a learner scoring at the same
+//! temperature needs for its importance ratio).
 
 use grpo_xla::trace::Tensor;
 use grpo_xla::{ElementType, Result};
@@ -53,11 +56,14 @@ pub struct SamplingInputs<'a> {
     pub seed: &'a Tensor,
     /// How many tokens the request has drawn before (u32): the hash counter.
     pub step: &'a Tensor,
+    /// 1 where the row's log-probs are processed ones (f32 0/1; see
+    /// [`crate::request::LogprobsMode`]).
+    pub processed_logprobs: &'a Tensor,
 }
 
 impl<'a> SamplingInputs<'a> {
-    /// The element types of the ten inputs, in field order (each `[B]`).
-    pub const TYPES: [ElementType; 10] = [
+    /// The element types of the eleven inputs, in field order (each `[B]`).
+    pub const TYPES: [ElementType; 11] = [
         ElementType::F32,
         ElementType::F32,
         ElementType::F32,
@@ -68,14 +74,15 @@ impl<'a> SamplingInputs<'a> {
         ElementType::F32,
         ElementType::U32,
         ElementType::U32,
+        ElementType::F32,
     ];
 
-    /// Adds the ten inputs as parameters of `graph` for `batch` rows.
+    /// Adds the eleven inputs as parameters of `graph` for `batch` rows.
     pub fn parameters(graph: &grpo_xla::trace::Graph, batch: i64) -> Result<Vec<Tensor>> {
         Self::TYPES.iter().map(|&t| graph.parameter(t, &[batch])).collect()
     }
 
-    /// Views ten tensors (as [`SamplingInputs::parameters`] made them) as the inputs.
+    /// Views eleven tensors (as [`SamplingInputs::parameters`] made them) as the inputs.
     pub fn from_tensors(t: &'a [Tensor]) -> SamplingInputs<'a> {
         SamplingInputs {
             repetition_penalty: &t[0],
@@ -88,6 +95,7 @@ impl<'a> SamplingInputs<'a> {
             min_p: &t[7],
             seed: &t[8],
             step: &t[9],
+            processed_logprobs: &t[10],
         }
     }
 }
@@ -148,8 +156,9 @@ impl SamplerKind {
     }
 }
 
-/// The sampled tokens (s32 `[B]`) and their log-probs under the raw logits
-/// (f32 `[B]`), for rows that `kind` serves.
+/// The sampled tokens (s32 `[B]`), for rows that `kind` serves, and the
+/// logits their log-probs are read from (f32 `[B, V]`: raw, or penalized
+/// and tempered for rows asking for processed log-probs).
 pub fn sample(
     logits: &Tensor,
     inputs: &SamplingInputs<'_>,
@@ -160,12 +169,15 @@ pub fn sample(
     let raw = logits.convert(ElementType::F32)?;
     let z = penalized(&raw, inputs, history)?;
     let argmax = z.argmax(1, ElementType::S32)?;
+    let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
+    let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
+    let tempered = z.div(&safe_t.reshape(&[b, 1])?)?;
+    let processed = inputs.processed_logprobs.gt(&inputs.processed_logprobs.zeros_like()?)?;
+    let scored = processed.reshape(&[b, 1])?.select(&tempered, &raw)?;
     let tokens = if kind == SamplerKind::Greedy {
         argmax
     } else {
-        let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
-        let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
-        let p = z.div(&safe_t.reshape(&[b, 1])?)?.softmax(1)?;
+        let p = tempered.softmax(1)?;
         let u = uniform(inputs.seed, inputs.step)?;
         let mut drawn = draw_unsorted(&p, inputs, &u)?;
         if kind == SamplerKind::Filtered {
@@ -176,8 +188,7 @@ pub fn sample(
         }
         greedy.select(&argmax, &drawn)?
     };
-    let log_probs = raw.gathered_log_probs(&tokens)?;
-    Ok((tokens, log_probs))
+    Ok((tokens, scored))
 }
 
 /// Per row, the first position whose cumulative `kept_p` mass exceeds
@@ -226,10 +237,11 @@ fn draw_sorted(p: &Tensor, inputs: &SamplingInputs<'_>, u: &Tensor) -> Result<Te
     order.take_along_axis(&column(&position)?, 1)?.reshape(&[b])
 }
 
-/// The `k` most likely tokens of each row under the raw logits and their
-/// log-probs, most likely first: (s32 `[B, k]`, f32 `[B, k]`).
+/// The `k` most likely tokens of each row under `logits` (f32, as
+/// [`sample`] returns them) and their log-probs, most likely first:
+/// (s32 `[B, k]`, f32 `[B, k]`).
 pub fn top_logprobs(logits: &Tensor, k: i64) -> Result<(Tensor, Tensor)> {
-    let log_probs = logits.convert(ElementType::F32)?.log_softmax(1)?;
+    let log_probs = logits.log_softmax(1)?;
     let (sorted, order) = log_probs.sort(1, true)?;
     Ok((order.slice_axis(1, 0, k)?, sorted.slice_axis(1, 0, k)?))
 }

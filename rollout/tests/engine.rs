@@ -16,7 +16,7 @@ use grpo_model::weights::{HostTensor, Safetensors};
 use grpo_rollout::Error;
 use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::output::{Completion, FinishReason, StopReason};
-use grpo_rollout::request::{Request, SamplingParams};
+use grpo_rollout::request::{LogprobsMode, Request, SamplingParams};
 use grpo_xla::{Client, ElementType};
 
 fn engine(client: &Client, family: &str, max_num_seqs: usize) -> Engine {
@@ -154,22 +154,63 @@ fn returned_log_probs_equal_the_log_prob_program() {
     let client = cpu_client();
     let mut engine = engine(&client, "qwen3", 4);
     let completions = singles(engine.generate(&requests()).unwrap());
+    let scored = score(&client, &requests(), &completions, 1.0);
+    assert_same_log_probs(&completions, &scored, "raw");
+}
+
+#[test]
+fn processed_log_probs_equal_the_log_prob_program_at_the_temperature() {
+    let client = cpu_client();
+    let mut engine = engine(&client, "qwen3", 4);
+    let warm: Vec<Request> = requests()
+        .into_iter()
+        .map(|mut r| {
+            r.params.temperature = 1.6;
+            r.params.logprobs_mode = LogprobsMode::Processed;
+            r
+        })
+        .collect();
+    let completions = singles(engine.generate(&warm).unwrap());
+    assert_same_log_probs(&completions, &score(&client, &warm, &completions, 1.6), "processed");
+    let raw = score(&client, &warm, &completions, 1.0);
+    let differ = completions
+        .iter()
+        .zip(&raw)
+        .any(|(c, s)| c.logprobs.iter().zip(s).any(|(a, b)| (a - b).abs() > 1e-2));
+    assert!(differ, "processed log-probs at 1.6 are not the raw ones");
+}
+
+/// The log-prob program's log-probs (at `temperature`) of each request's
+/// completion tokens, given its prompt.
+fn score(client: &Client, requests: &[Request], completions: &[Completion], temperature: f64) -> Vec<Vec<f32>> {
     let dir = fixture("qwen3");
     let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
     let weights = Safetensors::open_dir(&dir).unwrap();
-    let params = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
-    let runner = LogprobsRunner::new(&client, decoder, ElementType::F32);
-    let sequences: Vec<Vec<u32>> = requests()
+    let params = upload_parameters(client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(client, decoder, ElementType::F32).at_temperature(temperature);
+    let sequences: Vec<Vec<u32>> = requests
         .iter()
-        .zip(&completions)
+        .zip(completions)
         .map(|(r, c)| [r.prompt.clone(), c.tokens.clone()].concat())
         .collect();
     let scored = runner.run(&params, &sequences).unwrap();
-    for ((request, completion), stats) in requests().iter().zip(&completions).zip(&scored) {
-        let start = request.prompt.len() - 1;
-        for (i, lp) in completion.logprobs.iter().enumerate() {
-            let want = stats.logprobs[start + i];
-            assert!((lp - want).abs() < 1e-4, "token {i}: engine {lp}, logprobs {want}");
+    // Entry t of a sequence's log-probs scores token t + 1.
+    requests
+        .iter()
+        .zip(scored)
+        .map(|(r, stats)| stats.logprobs[r.prompt.len() - 1..].to_vec())
+        .collect()
+}
+
+/// Asserts that the engine returned the log-prob program's log-probs.
+fn assert_same_log_probs(completions: &[Completion], scored: &[Vec<f32>], mode: &str) {
+    for (completion, want) in completions.iter().zip(scored) {
+        assert_eq!(completion.logprobs.len(), want.len());
+        for (i, (lp, want)) in completion.logprobs.iter().zip(want).enumerate() {
+            assert!(
+                (lp - want).abs() < 1e-4,
+                "{mode} token {i}: engine {lp}, logprobs {want}"
+            );
         }
     }
 }

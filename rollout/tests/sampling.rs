@@ -1,7 +1,7 @@
 //! The sampler on the real CPU plugin: empirical token frequencies against
 //! the exact penalized and filtered distribution computed on the host,
-//! greedy rows, raw log-probs, and per-request determinism independent of
-//! the batch.
+//! greedy rows, raw and processed log-probs, and per-request determinism
+//! independent of the batch.
 
 mod common;
 
@@ -26,7 +26,8 @@ fn program(client: &Client, b: i64, kind: SamplerKind) -> Executable {
         in_prompt: &h[1],
         stop_tokens: &h[2],
     };
-    let (tokens, log_probs) = sample(&logits, &inputs, &history, kind).unwrap();
+    let (tokens, scored) = sample(&logits, &inputs, &history, kind).unwrap();
+    let log_probs = scored.gathered_log_probs(&tokens).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }
 
@@ -38,6 +39,8 @@ struct Settings {
     top_p: f32,
     min_p: f32,
     penalties: Penalties,
+    /// Log-probs of the penalized, tempered distribution instead of the raw one.
+    processed: bool,
 }
 
 /// Penalty settings and the token history they act on (the same for every row).
@@ -69,6 +72,7 @@ fn settings(temperature: f32, top_k: i32, top_p: f32, min_p: f32) -> Settings {
         top_p,
         min_p,
         penalties: NO_PENALTIES,
+        processed: false,
     }
 }
 
@@ -93,6 +97,9 @@ fn run(client: &Client, exe: &Executable, s: Settings, seeds: &[u32], steps: &[u
         client.buffer_from_host(&vec![s.min_p; b], &dims, d).unwrap(),
         client.buffer_from_host(seeds, &dims, d).unwrap(),
         client.buffer_from_host(steps, &dims, d).unwrap(),
+        client
+            .buffer_from_host(&vec![f32::from(u8::from(s.processed)); b], &dims, d)
+            .unwrap(),
         client.buffer_from_host(&rows(pen.counts), &[b as i64, V], d).unwrap(),
         client
             .buffer_from_host(&rows(pen.in_prompt), &[b as i64, V], d)
@@ -275,4 +282,46 @@ fn greedy_rows_take_the_argmax_and_seeds_do_not_depend_on_the_batch() {
         first, second,
         "a request draws the same token wherever it sits in the batch"
     );
+}
+
+#[test]
+fn processed_log_probs_are_those_of_the_penalized_tempered_distribution() {
+    let client = cpu_client();
+    let exe = program(&client, 64, SamplerKind::Filtered);
+    let seeds: Vec<u32> = (0..64u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let penalties = Penalties {
+        repetition: 1.5,
+        frequency: 0.3,
+        counts: [0.0, 1.0, 0.0, 2.0, 0.0, 0.0],
+        in_prompt: [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        ..NO_PENALTIES
+    };
+    // (settings, the temperature the log-probs are at): greedy rows score at 1;
+    // top-k does not renormalize them.
+    let cases = [
+        (settings(0.7, 0, 1.0, 0.0), 0.7),
+        (settings(1.3, 0, 1.0, 0.0), 1.3),
+        (settings(1.2, 2, 1.0, 0.0), 1.2),
+        (settings(0.0, 0, 1.0, 0.0), 1.0),
+    ];
+    for (s, t) in cases {
+        let s = Settings {
+            penalties,
+            processed: true,
+            ..s
+        };
+        let z: Vec<f32> = penalized(&penalties).iter().map(|&x| (x / t) as f32).collect();
+        let want = log_softmax(&z);
+        let (tokens, log_probs) = run(&client, &exe, s, &seeds, &[5; 64]);
+        for (&token, &lp) in tokens.iter().zip(&log_probs) {
+            let want = want[token as usize];
+            assert!(
+                (f64::from(lp) - want).abs() < 1e-5,
+                "T {}: token {token} has log-prob {lp}, the tempered distribution {want}",
+                s.temperature
+            );
+        }
+        let (raw_tokens, _) = run(&client, &exe, Settings { processed: false, ..s }, &seeds, &[5; 64]);
+        assert_eq!(raw_tokens, tokens, "the log-prob mode does not change the draws");
+    }
 }

@@ -3,7 +3,7 @@
 //! size (prompt length against `max_model_len`, `n` against `max_num_seqs`,
 //! the vocabulary) the engine itself checks when the request is queued.
 
-use grpo_rollout::request::{MAX_TOP_LOGPROBS, SamplingParams};
+use grpo_rollout::request::{LogprobsMode, MAX_TOP_LOGPROBS, SamplingParams};
 
 use crate::error::{Error, Result};
 use crate::protocol::common::SamplingFields;
@@ -104,5 +104,7 @@ pub fn sampling(fields: &SamplingFields, max_tokens: usize, logprobs: Option<usi
         ignore_eos: fields.ignore_eos,
         logprobs,
         skip_special_tokens: fields.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
+        // vLLM's default: the logprobs a client gets are the model's own.
+        logprobs_mode: LogprobsMode::Raw,
     })
 }

@@ -7,7 +7,7 @@ use grpo_proto::rollout as proto;
 use crate::engine::EngineStats;
 use crate::handle::{PauseMode, ServiceStats};
 use crate::output::{Completion, FinishReason, RequestId, StopReason};
-use crate::request::{Request, SamplingParams};
+use crate::request::{LogprobsMode, Request, SamplingParams};
 use crate::worker::error::WorkerError;
 
 /// A count from the wire; one too large for `usize` saturates (and the engine refuses it).
@@ -38,6 +38,10 @@ pub(crate) fn request_to_proto(request: &Request) -> proto::GenerateRequest {
             ignore_eos: p.ignore_eos,
             logprobs: p.logprobs.map(|k| k as u64),
             skip_special_tokens: Some(p.skip_special_tokens),
+            logprobs_mode: match p.logprobs_mode {
+                LogprobsMode::Raw => proto::LogprobsMode::Raw,
+                LogprobsMode::Processed => proto::LogprobsMode::Processed,
+            } as i32,
         }),
     }
 }
@@ -46,6 +50,10 @@ pub(crate) fn request_to_proto(request: &Request) -> proto::GenerateRequest {
 pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Request {
     let p = message.params.unwrap_or_default();
     let d = SamplingParams::default();
+    let logprobs_mode = match p.logprobs_mode() {
+        proto::LogprobsMode::Raw => LogprobsMode::Raw,
+        proto::LogprobsMode::Processed => LogprobsMode::Processed,
+    };
     Request {
         prompt: message.prompt,
         params: SamplingParams {
@@ -66,6 +74,7 @@ pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Request {
             ignore_eos: p.ignore_eos,
             logprobs: p.logprobs.map(count),
             skip_special_tokens: p.skip_special_tokens.unwrap_or(d.skip_special_tokens),
+            logprobs_mode,
         },
     }
 }
@@ -222,6 +231,7 @@ mod tests {
                 stop: vec!["42".to_string()],
                 logprobs: Some(2),
                 skip_special_tokens: false,
+                logprobs_mode: LogprobsMode::Processed,
                 ..SamplingParams::default()
             },
         };

@@ -55,7 +55,7 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let inputs = decoder.parameter_tensors(&graph, dtype)?;
     let ids = graph.parameter(ElementType::S32, &[args.batch, args.seq])?;
     let mask = graph.parameter(ElementType::Pred, &[args.batch, args.seq])?;
-    let (logprobs, _) = decoder.token_logprobs(&inputs, &ids, &mask, args.seq - 1)?;
+    let (logprobs, _) = decoder.token_logprobs(&inputs, &ids, &mask, args.seq - 1, 1.0)?;
     let loss = logprobs.mean(&[0, 1])?.neg()?;
     let wrt: Vec<&Tensor> = inputs.iter().collect();
     let grads = grad(&loss, &wrt)?;

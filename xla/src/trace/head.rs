@@ -11,9 +11,16 @@ use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 
 /// Log-probs and entropies (f32, `[N]`) of integer `targets` `[N]` under
-/// the logits `hidden [N, H] · weight [V, H]ᵀ`, `chunk` rows at a time
-/// (`chunk` must divide `N`). Gradients flow to `hidden` and `weight`.
-pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chunk: i64) -> Result<(Tensor, Tensor)> {
+/// the logits `hidden [N, H] · weight [V, H]ᵀ / temperature`, `chunk` rows
+/// at a time (`chunk` must divide `N`). Gradients flow to `hidden` and
+/// `weight`.
+pub fn linear_log_probs(
+    hidden: &Tensor,
+    weight: &Tensor,
+    targets: &Tensor,
+    chunk: i64,
+    temperature: f64,
+) -> Result<(Tensor, Tensor)> {
     let (n, width) = match hidden.dims() {
         &[n, h] => (n, h),
         _ => {
@@ -28,12 +35,14 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
         && targets.dims() == [n]
         && targets.dtype().is_integer()
         && chunk > 0
-        && n % chunk == 0;
+        && n % chunk == 0
+        && temperature > 0.0
+        && temperature.is_finite();
     if !ok {
         return Err(Error::trace(
             "linear_log_probs",
             format!(
-                "needs hidden [N, H], weight [V, H], integer targets [N] and a chunk dividing N; got {}, {}, {}, chunk {chunk}",
+                "needs hidden [N, H], weight [V, H], integer targets [N], a chunk dividing N and a temperature > 0; got {}, {}, {}, chunk {chunk}, temperature {temperature}",
                 hidden.tensor_type(),
                 weight.tensor_type(),
                 targets.tensor_type()
@@ -48,7 +57,7 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
             let graph = p[0].graph();
             let zeros = graph.full(0.0, ElementType::F32, &[n])?;
             let done = fori_loop(steps, &[&p[0], &p[1], &p[2], &zeros, &zeros], |i, c| {
-                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk)?;
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, temperature)?;
                 let start = piece.start.clone();
                 Ok(vec![
                     c[0].clone(),
@@ -70,19 +79,20 @@ pub fn linear_log_probs(hidden: &Tensor, weight: &Tensor, targets: &Tensor, chun
             let dw = graph.full(0.0, ElementType::F32, weight.dims())?;
             let carried = [hidden, weight, targets, &g_lp, &g_ent, &outputs[1], &dh, &dw];
             let done = fori_loop(steps, &carried, |i, c| {
-                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk)?;
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, temperature)?;
                 let rows = |x: &Tensor| x.dynamic_slice(&[&piece.start], &[chunk])?.reshape(&[chunk, 1]);
                 let (g_lp, g_ent, ent) = (rows(&c[3])?, rows(&c[4])?, rows(&c[5])?);
-                // d log p[t] / dz = onehot(t) − p;  d H / dz = −p (log p + H).
+                // d log p[t] / dz = onehot(t) − p;  d H / dz = −p (log p + H),
+                // for z the tempered logits; d z / d logits = 1 / temperature.
                 let p = piece.log_p.exp()?;
                 let classes = piece.log_p.graph().iota(ElementType::S32, piece.log_p.dims(), 1)?;
                 let onehot = classes.eq(&piece.targets.convert(ElementType::S32)?.reshape(&[chunk, 1])?)?;
                 let onehot = onehot.select(&p.ones_like()?, &p.zeros_like()?)?;
                 // In the weight's dtype for both products (bf16 GEMMs under mixed precision).
-                let d_logits = g_lp
+                let d_tempered = g_lp
                     .mul(&onehot.sub(&p)?)?
-                    .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?
-                    .convert(c[1].dtype())?;
+                    .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?;
+                let d_logits = tempered(d_tempered, temperature)?.convert(c[1].dtype())?;
                 let d_hidden = d_logits.dot_general(&c[1], &[], &[], &[1], &[0])?;
                 let d_weight = weight_gradient(&d_logits, &piece.hidden)?.convert(ElementType::F32)?;
                 let zero = piece.start.zeros_like()?;
@@ -115,17 +125,34 @@ fn weight_gradient(d_logits: &Tensor, hidden: &Tensor) -> Result<Tensor> {
     d_logits.dot_general(&hidden, &[], &[], &[0, 1], &[0, 1])
 }
 
+/// `x / temperature` (`x` itself at temperature 1).
+fn tempered(x: Tensor, temperature: f64) -> Result<Tensor> {
+    if temperature == 1.0 {
+        Ok(x)
+    } else {
+        x.div(&x.scalar_like(temperature)?)
+    }
+}
+
 /// One chunk of rows: its start, hidden rows, targets and log-softmax.
 struct Chunk {
     start: Tensor,
     hidden: Tensor,
     targets: Tensor,
-    /// `log softmax(hidden · weightᵀ)` in f32, `[chunk, V]`.
+    /// `log softmax(hidden · weightᵀ / temperature)` in f32, `[chunk, V]`.
     log_p: Tensor,
 }
 
 impl Chunk {
-    fn of(hidden: &Tensor, weight: &Tensor, targets: &Tensor, i: &Tensor, chunk: i64) -> Result<Chunk> {
+    /// Chunk `i`, its logits divided by `temperature`.
+    fn of(
+        hidden: &Tensor,
+        weight: &Tensor,
+        targets: &Tensor,
+        i: &Tensor,
+        chunk: i64,
+        temperature: f64,
+    ) -> Result<Chunk> {
         let start = i.mul_scalar(chunk as f64)?;
         let zero = start.zeros_like()?;
         let rows = hidden.dynamic_slice(&[&start, &zero], &[chunk, hidden.dims()[1]])?;
@@ -133,7 +160,7 @@ impl Chunk {
         let logits = rows
             .dot_general(weight, &[], &[], &[1], &[1])?
             .convert(ElementType::F32)?;
-        let log_p = logits.log_softmax(1)?;
+        let log_p = tempered(logits, temperature)?.log_softmax(1)?;
         Ok(Chunk {
             start,
             hidden: rows,

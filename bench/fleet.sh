@@ -8,8 +8,9 @@
 # 1. cargo build --release (unless --no-build); the model must be set up
 #    (`cargo run --release -- setup`).
 # 2. System "in-process": `grpo run examples/arithmetic/config.toml` for S
-#    steps (default 4; bf16 compute, bf16 engine, weights handed over in
-#    memory), no eval, no checkpoints.
+#    steps (default 4; 8 prompts x 8 samples, every group trained; bf16
+#    compute, bf16 engine, weights handed over in memory), no eval, no
+#    checkpoints.
 # 3. System "N workers" for each N of --workers-list (default 1,2,4): N
 #    `grpo worker --dtype bf16` processes on loopback (engine slots: the
 #    step's 64 samples spread over them), the same run with
@@ -70,7 +71,8 @@ run_steps() {
     shift
     echo "== $system" >&2
     "$GRPO" run "$CONFIG" --out "$out" --max-steps "$STEPS" \
-        --set trainer.eval_every=0 --set checkpoint.every=0 --set optimizer.warmup_steps=0 "$@" >&2
+        --set trainer.eval_every=0 --set checkpoint.every=0 --set optimizer.warmup_steps=0 \
+        --set rollout.group_size=8 --set algorithm.dynamic_sampling=false "$@" >&2
     python3 - "$out/metrics.jsonl" "$system" >>"$OUT" <<'PYTHON'
 import json, sys
 path, system = sys.argv[1], sys.argv[2]

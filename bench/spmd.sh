@@ -10,8 +10,9 @@
 #    (`cargo run --release -- setup`).
 # 2. For each system (one device; data parallel over 2; FSDP over 2):
 #    `grpo run examples/arithmetic/config.toml` for S steps (default 4;
-#    bf16 compute on f32 master weights, the bf16 in-process engine on the
-#    first device), no eval, no checkpoints.
+#    8 prompts x 8 samples, every group trained; bf16 compute on f32 master
+#    weights, the bf16 in-process engine on the first device), no eval, no
+#    checkpoints.
 # 3. Prints per system the median over steps 2..S (step 1 compiles) of the
 #    step time, the train time and the weight sync (which gathers the
 #    shards), and the learner's state bytes per device; every metrics line
@@ -58,6 +59,7 @@ run_steps() {
     echo "== $system" >&2
     "$GRPO" run "$CONFIG" --out "$out" --max-steps "$STEPS" --cpu-devices "$devices" \
         --set trainer.eval_every=0 --set checkpoint.every=0 --set optimizer.warmup_steps=0 \
+        --set rollout.group_size=8 --set algorithm.dynamic_sampling=false \
         --set "trainer.parallelism=\"$parallelism\"" >&2
     python3 - "$out/metrics.jsonl" "$system" >>"$OUT" <<'PYTHON'
 import json, sys

@@ -338,10 +338,9 @@ impl Decoder {
     /// first. The distributions are those of the logits divided by
     /// `temperature` (1: the model's own). Positions come from the mask
     /// (count of real tokens before each one), so left and right padding
-    /// both work. Only the scored positions
-    /// reach the output head, which runs in chunks of at most
-    /// [`HEAD_CHUNK`] tokens with a recomputing gradient, so `[B, T, vocab]`
-    /// logits are never held.
+    /// both work. Only the scored positions reach the output head, which
+    /// runs in chunks of at most [`HEAD_CHUNK`] tokens with a recomputing
+    /// gradient, so `[B, T, vocab]` logits are never held.
     pub fn token_logprobs(
         &self,
         tensors: &[Tensor],

@@ -84,10 +84,8 @@ fn mean_logprobs<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params
         .collect()
 }
 
-/// One on-policy DAPO step over the four sequences, scored at
-/// `temperature`, whose loss and entropy are checked against the log-prob
-/// program's at that temperature. Returns the state after it, what the
-/// step compiled and ran with, and the advantages.
+/// What [`on_policy_step`] leaves: the state after the step, its metrics,
+/// and the behaviour log-probs, advantages and normalizer it ran with.
 struct OnPolicyStep {
     state: LearnerState,
     metrics: grpo_xla::trace::StepMetrics,
@@ -96,6 +94,11 @@ struct OnPolicyStep {
     normalizer: f32,
 }
 
+/// One on-policy DAPO step over the four sequences, scored at
+/// `temperature`, with the log-prob program's log-probs at that
+/// temperature as the behaviour's; checks its loss and entropy against
+/// that program's (and that a step given two micro-batches when compiled
+/// for one is refused).
 fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, temperature: f32) -> OnPolicyStep {
     let device = client.device(0).unwrap();
     let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();

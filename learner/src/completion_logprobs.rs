@@ -18,7 +18,7 @@ use grpo_xla::{Arg, Client, ElementType, Executable, Sharding};
 
 use crate::error::{Error, Result};
 use crate::placement::{BatchInputs, LearnerState, Placement};
-use crate::trainer::MicroBatchShape;
+use crate::trainer::{MicroBatchShape, completion_logprobs};
 
 /// Compiles and runs the completion log-prob programs of a decoder.
 pub struct CompletionLogprobs {
@@ -46,7 +46,7 @@ impl CompletionLogprobs {
 
     /// Appends to `inputs` (a micro-batch of `shape`, as
     /// [`crate::batch::MicroBatch::upload`] makes it: token ids and
-    /// attention first) the `[rows, C]` log-probs of its completion columns
+    /// attention first) the `[samples, C]` log-probs of its completion slots
     /// under the f32 weights of `policy`, laid out as the batch is.
     pub fn append(&mut self, policy: &LearnerState, shape: MicroBatchShape, inputs: &mut BatchInputs) -> Result<()> {
         match (policy, inputs) {
@@ -80,17 +80,14 @@ impl CompletionLogprobs {
     fn program(&mut self, shape: MicroBatchShape, layout: Option<Vec<Sharding>>) -> Result<&Executable> {
         if !self.programs.contains_key(&shape) {
             let (b, t) = (shape.rows as i64, shape.tokens() as i64);
-            let graph = Graph::new(&format!("completion_logprobs_{b}x{t}"));
+            let (n, c) = (shape.samples() as i64, shape.completion_tokens as i64);
+            let graph = Graph::new(&format!("completion_logprobs_{b}x{t}_{n}x{c}"));
             let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;
-            let (logprobs, _) = self.decoder.token_logprobs(
-                &tensors,
-                &ids,
-                &attention,
-                shape.completion_tokens as i64,
-                self.temperature,
-            )?;
+            let slots = (shape.slots as i64, c);
+            let (logprobs, _) =
+                completion_logprobs(&self.decoder, &tensors, (&ids, &attention), slots, self.temperature)?;
             let mut function = graph.build(&[&logprobs])?;
             if let Some(mut inputs) = layout {
                 let rows = Sharding::split(0, self.devices);

@@ -263,8 +263,12 @@ impl Default for OptimizerSection {
 pub struct TrainerSection {
     /// Steps of the run. Default 100.
     pub max_steps: usize,
-    /// Sequences per micro-batch. Default 16.
+    /// Samples per micro-batch. Default 16.
     pub micro_batch_size: usize,
+    /// Let a group's samples share one copy of their prompt in a row of the
+    /// train step when that costs fewer FLOPs (see [`crate::batch`]).
+    /// Default true.
+    pub share_prompts: bool,
     /// The train step's forward/backward dtype: "f32" (default) or "bf16"
     /// (mixed precision: f32 master weights and AdamW state).
     pub compute_dtype: String,
@@ -283,6 +287,7 @@ impl Default for TrainerSection {
         TrainerSection {
             max_steps: 100,
             micro_batch_size: 16,
+            share_prompts: true,
             compute_dtype: "f32".to_string(),
             eval_every: 10,
             parallelism: "none".to_string(),
@@ -636,6 +641,7 @@ impl RunConfig {
             },
             max_grad_norm: (o.max_grad_norm > 0.0).then_some(o.max_grad_norm),
             micro_batch_rows: self.trainer.micro_batch_size,
+            share_prompts: self.trainer.share_prompts,
             max_tokens: r.max_model_len,
             seed: r.seed,
             dynamic_sampling: a.dynamic_sampling,

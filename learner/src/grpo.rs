@@ -30,7 +30,7 @@ use grpo_xla::trace::{AdamW, StepMetrics};
 use grpo_xla::{Buffer, Client, ElementType};
 
 use crate::advantage::{ScaleRewards, advantages};
-use crate::batch::{Rollout, pack};
+use crate::batch::{PromptSharing, Rollout, attention_width, pack_sharing};
 use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, named_params, optimizer_names};
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
@@ -63,8 +63,11 @@ pub struct GrpoConfig {
     pub optimizer: AdamW,
     /// Global gradient-norm clipping.
     pub max_grad_norm: Option<f64>,
-    /// Rows per micro-batch.
+    /// Samples per micro-batch.
     pub micro_batch_rows: usize,
+    /// Whether a group's samples may share one copy of their prompt in a
+    /// row of the train step ([`crate::batch::PromptSharing`]).
+    pub share_prompts: bool,
     /// The longest prompt + completion the learner takes.
     pub max_tokens: usize,
     /// The seed of the rollouts' sampling.
@@ -539,12 +542,18 @@ impl GrpoLoop {
     /// that counted.
     fn train(&mut self, rollouts: &[Rollout], lr: f64) -> Result<(StepMetrics, usize)> {
         let c = &self.config;
-        let batch = pack(
+        let sharing = PromptSharing {
+            max_slots: if c.share_prompts { c.group_size } else { 1 },
+            attention_width: attention_width(self.decoder.config()),
+            row_multiple: self.placement.device_count(),
+        };
+        let batch = pack_sharing(
             rollouts,
             c.micro_batch_rows,
             c.max_tokens,
             c.loss.loss_type,
             c.max_completion_tokens,
+            sharing,
         )?;
         let count = batch.micro_batches.len();
         let shape = batch.micro_batches[0].shape;

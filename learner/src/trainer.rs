@@ -6,17 +6,18 @@
 //! devices by XLA's SPMD partitioner under `[trainer] parallelism`, see
 //! [`crate::placement`]).
 //!
-//! A micro-batch is `rows` sequences of `P + C` tokens: the prompt
-//! right-aligned in the first `P` (left padding), the completion from
-//! position `P` (right padding), so every row's completion tokens are the
-//! last `C` columns and only those positions reach the output head. Its
-//! inputs, in order: `ids [B,P+C] s32`, `attention [B,P+C] pred` (real
-//! tokens), `completion [B,C] f32` (1 where column `j` is a completion
-//! token of a scored sample), `behaviour [B,C] f32` (the rollout engine's
-//! log-probs of those tokens), `advantages [B] f32`, `normalizer [] f32`;
-//! then `old [B,C]` unless the batch is used once (on-policy: the old
-//! log-probs are the policy's own, gradient stopped) and `reference [B,C]`
-//! when β > 0.
+//! A micro-batch is `R` rows of `P + K·C` tokens: the prompt right-aligned
+//! in the first `P` (left padding), then `K` completion slots of `C`
+//! columns (right padding), each a sample of that prompt (`K` = 1: one
+//! sample a row; `K` > 1: the samples of a group share one copy of their
+//! prompt, see [`Decoder::shared_prompt_logprobs`]). Only completion tokens
+//! reach the output head. With `N = R·K` samples, its inputs, in order:
+//! `ids [R,P+K·C] s32`, `attention [R,P+K·C] pred` (real tokens),
+//! `completion [N,C] f32` (1 where column `j` is a completion token of a
+//! scored sample), `behaviour [N,C] f32` (the rollout engine's log-probs
+//! of those tokens), `advantages [N] f32`, `normalizer [] f32`; then
+//! `old [N,C]` unless the batch is used once (on-policy: the old log-probs
+//! are the policy's own, gradient stopped) and `reference [N,C]` when β > 0.
 //!
 //! With several micro-batches the accumulating step averages gradients, so
 //! each micro-batch's normalizer is the batch's divided by their count
@@ -38,19 +39,44 @@ use crate::placement::{BatchInputs, LearnerState, Placement};
 /// The shape of one micro-batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MicroBatchShape {
-    /// Sequences.
+    /// Rows `R`: prompts, each with its completion slots.
     pub rows: usize,
     /// Prompt columns `P` (prompts right-aligned in them).
     pub prompt_tokens: usize,
-    /// Completion columns `C` (completions left-aligned in them).
+    /// Completion slots `K` a row (samples sharing its prompt; 1: one sample a row).
+    pub slots: usize,
+    /// Columns `C` of each completion slot (completions left-aligned in them).
     pub completion_tokens: usize,
 }
 
 impl MicroBatchShape {
-    /// Tokens per row, `P + C`.
+    /// Tokens per row, `P + K·C`.
     pub fn tokens(&self) -> usize {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens + self.slots * self.completion_tokens
     }
+
+    /// Samples, `R·K`.
+    pub fn samples(&self) -> usize {
+        self.rows * self.slots
+    }
+}
+
+/// Log-probs and entropies `[R·K, C]` of the `slots` (`K`) completion slots
+/// of `c` columns in token `ids` `[R, P + K·C]` with `attention`: one sample
+/// a row through [`Decoder::token_logprobs`], shared prompts through
+/// [`Decoder::shared_prompt_logprobs`].
+pub fn completion_logprobs(
+    decoder: &Decoder,
+    params: &[Tensor],
+    (ids, attention): (&Tensor, &Tensor),
+    (slots, c): (i64, i64),
+    temperature: f64,
+) -> grpo_xla::Result<(Tensor, Tensor)> {
+    if slots == 1 {
+        return decoder.token_logprobs(params, ids, attention, c, temperature);
+    }
+    let prompt = ids.dims()[1] - slots * c;
+    decoder.shared_prompt_logprobs(params, ids, attention, prompt, slots, temperature)
 }
 
 /// Whether the step's old log-probs come in as an input.
@@ -64,14 +90,15 @@ pub enum OldLogprobs {
 
 /// The input types of a micro-batch, in order (see the module's list).
 pub fn batch_types(shape: MicroBatchShape, old: OldLogprobs, with_reference: bool) -> Vec<TensorType> {
-    let (b, t, c) = (shape.rows as i64, shape.tokens() as i64, shape.completion_tokens as i64);
-    let per_completion = TensorType::new(ElementType::F32, [b, c]);
+    let (r, t) = (shape.rows as i64, shape.tokens() as i64);
+    let (n, c) = (shape.samples() as i64, shape.completion_tokens as i64);
+    let per_completion = TensorType::new(ElementType::F32, [n, c]);
     let mut types = vec![
-        TensorType::new(ElementType::S32, [b, t]),
-        TensorType::new(ElementType::Pred, [b, t]),
+        TensorType::new(ElementType::S32, [r, t]),
+        TensorType::new(ElementType::Pred, [r, t]),
         per_completion.clone(),
         per_completion.clone(),
-        TensorType::new(ElementType::F32, [b]),
+        TensorType::new(ElementType::F32, [n]),
         TensorType::new(ElementType::F32, []),
     ];
     if old == OldLogprobs::Input {
@@ -106,13 +133,11 @@ pub fn traced_loss(
     };
     let (ids, attention, completion, behaviour, advantages, normalizer) =
         (&batch[0], &batch[1], &batch[2], &batch[3], &batch[4], &batch[5]);
-    let (logprobs, entropy) = decoder.token_logprobs(
-        params,
-        ids,
-        attention,
-        completion.dims()[1],
-        f64::from(settings.temperature),
-    )?;
+    let temperature = f64::from(settings.temperature);
+    // The slots a row: the samples (completion mask rows) over the token rows.
+    let slots = completion.dims()[0] / ids.dims()[0].max(1);
+    let layout = (slots, completion.dims()[1]);
+    let (logprobs, entropy) = completion_logprobs(decoder, params, (ids, attention), layout, temperature)?;
     let mut extra = batch[6..].iter();
     let old_logprobs = match old {
         OldLogprobs::OnPolicy => logprobs.stop_gradient()?,

@@ -1,7 +1,7 @@
 //! Packing rollouts into micro-batches (layout, masks, padding rows, the
 //! normalizer) and the learning-rate schedules against hand-computed values.
 
-use grpo_learner::batch::{Rollout, pack, token_bucket};
+use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing, token_bucket};
 use grpo_learner::loss::LossType;
 use grpo_learner::schedule::{Decay, Schedule};
 
@@ -121,5 +121,90 @@ fn schedules_match_transformers() {
         .unwrap_err()
         .to_string()
         .contains("warmup")
+    );
+}
+
+#[test]
+fn samples_of_one_prompt_share_rows_when_it_is_cheaper() {
+    // A group of three samples of one prompt, then one of another.
+    let rollouts = [
+        rollout(&[1, 2, 3], &[7, 8], 0.5, true),
+        rollout(&[1, 2, 3], &[9], -1.0, true),
+        rollout(&[1, 2, 3], &[10, 11, 12], 0.25, false),
+        rollout(&[4, 5], &[13], 2.0, true),
+    ];
+    let free_attention = PromptSharing {
+        max_slots: 4,
+        attention_width: f64::INFINITY,
+        row_multiple: 1,
+    };
+    let step = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, free_attention).unwrap();
+    assert_eq!(step.tokens, 4, "the skipped sample's tokens do not count");
+    assert_eq!(step.micro_batches.len(), 1);
+    let batch = &step.micro_batches[0];
+    let shape = batch.shape;
+    // Two rows of four slots (160 columns) cost less than four of two (192) or eight of one (256).
+    assert_eq!(
+        (shape.rows, shape.slots, shape.prompt_tokens, shape.completion_tokens),
+        (2, 4, 16, 16)
+    );
+    // Row 0: the prompt once, right-aligned in 16 columns, then 4 slots of 16.
+    let (t, p, c) = (shape.tokens(), 16, 16);
+    assert_eq!(t, 16 + 4 * 16);
+    assert_eq!(batch.ids[p - 3..p], [1, 2, 3]);
+    assert_eq!(batch.ids[p..p + 3], [7, 8, 0]);
+    assert_eq!(batch.ids[p + c..p + c + 2], [9, 0]);
+    assert_eq!(batch.ids[p + 2 * c..p + 2 * c + 4], [10, 11, 12, 0]);
+    assert!(
+        batch.attention[p + 3 * c..t].iter().all(|&a| !a),
+        "the fourth slot is empty"
+    );
+    // Row 1: the other prompt, which cannot join the group's row.
+    assert_eq!(batch.ids[t + p - 2..t + p + 2], [4, 5, 13, 0]);
+    assert_eq!(
+        batch.attention[p - 4..p + 3],
+        [false, true, true, true, true, true, false]
+    );
+    // Per-sample tensors are in sample order: row · slots + slot.
+    assert_eq!(batch.completion[..3], [1.0, 1.0, 0.0]);
+    assert_eq!(batch.completion[c..c + 2], [1.0, 0.0]);
+    assert!(
+        batch.completion[2 * c..4 * c].iter().all(|&m| m == 0.0),
+        "skipped and empty slots count for nothing"
+    );
+    assert_eq!(batch.completion[4 * c..4 * c + 2], [1.0, 0.0]);
+    assert_eq!(batch.behaviour[2 * c..2 * c + 3], [-1.0, -1.1, -1.2]);
+    assert_eq!(batch.advantages, [0.5, -1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
+
+    // Expensive attention keeps one sample a row; the rows split over the devices.
+    let costly = PromptSharing {
+        attention_width: 1.0,
+        ..free_attention
+    };
+    let one_a_row = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, costly).unwrap();
+    assert_eq!(
+        (
+            one_a_row.micro_batches[0].shape.rows,
+            one_a_row.micro_batches[0].shape.slots
+        ),
+        (8, 1)
+    );
+    let two_devices = PromptSharing {
+        row_multiple: 2,
+        ..free_attention
+    };
+    let split = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, two_devices).unwrap();
+    assert_eq!(
+        (split.micro_batches[0].shape.rows, split.micro_batches[0].shape.slots),
+        (2, 4)
+    );
+    let four_devices = PromptSharing {
+        row_multiple: 4,
+        ..free_attention
+    };
+    let split = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, four_devices).unwrap();
+    assert_eq!(
+        (split.micro_batches[0].shape.rows, split.micro_batches[0].shape.slots),
+        (4, 2)
     );
 }

@@ -122,6 +122,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         },
         max_grad_norm: Some(1.0),
         micro_batch_rows: 8,
+        share_prompts: true,
         max_tokens: 32,
         seed: 11,
         dynamic_sampling: variant.dynamic_sampling,

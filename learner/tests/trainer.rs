@@ -2,16 +2,19 @@
 //! its metrics equal the host formulas on the log-probs of the separate
 //! log-prob program; one step raises the log-probs of positively advantaged
 //! completions and lowers the others; two micro-batches update the
-//! parameters as one whole batch does; at a sampling temperature the step's
-//! log-probs and entropies are those of the tempered logits.
+//! parameters as one whole batch does, and so do a group's samples sharing
+//! one copy of their prompt in a row (whose log-probs are the separate
+//! sequences'); at a sampling temperature the step's log-probs and
+//! entropies are those of the tempered logits.
 
 use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
-use grpo_learner::batch::{Rollout, pack};
+use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing};
 use grpo_learner::checkpoint::optimizer_names;
+use grpo_learner::completion_logprobs::CompletionLogprobs;
 use grpo_learner::loss::{GrpoLoss, LossType};
-use grpo_learner::placement::{LearnerState, OptimizerState, Placement};
+use grpo_learner::placement::{BatchInputs, LearnerState, OptimizerState, Placement};
 use grpo_learner::trainer::{GrpoStep, OldLogprobs, StepConfig, micro_normalizer};
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
@@ -251,13 +254,66 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
         .collect();
     let micro_metrics = micro.step(&mut micro_state, &halves, 1e-2).unwrap();
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
-    let (a, b) = (
-        state.host_params(&decoder).unwrap(),
-        micro_state.host_params(&decoder).unwrap(),
+    assert_same_params(&decoder, &state, &micro_state);
+
+    // Each group's two samples in one row behind one copy of the prompt: the same update.
+    let sharing = PromptSharing {
+        max_slots: 2,
+        attention_width: f64::INFINITY,
+        row_multiple: 1,
+    };
+    let shared = pack_sharing(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8, sharing).unwrap();
+    let shape = shared.micro_batches[0].shape;
+    assert_eq!((shape.rows, shape.slots), (2, 2), "two rows of two slots");
+    let shared_step = GrpoStep::compile(&client, &decoder, &config, &one_device, shape, 1).unwrap();
+    let mut shared_state = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
+    let batch = shared.micro_batches[0]
+        .upload(&client, &one_device, normalizer)
+        .unwrap();
+    let shared_metrics = shared_step
+        .step(&mut shared_state, std::slice::from_ref(&batch), 1e-2)
+        .unwrap();
+    assert!(
+        (shared_metrics.loss - metrics.loss).abs() < 1e-6,
+        "loss {} vs {}",
+        shared_metrics.loss,
+        metrics.loss
     );
-    for ((_, a), (_, b)) in a.iter().zip(&b) {
+    assert!((shared_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
+    assert!((shared_metrics.metrics[3] - metrics.metrics[3]).abs() < 1e-4 * metrics.metrics[3]);
+    assert_same_params(&decoder, &state, &shared_state);
+
+    // The old-policy / reference program reads the shared layout too: the
+    // log-prob program's log-probs of each completion, in sample order.
+    let start = one_device
+        .state(&client, params(), OptimizerState::Zeros(&zeros))
+        .unwrap();
+    let mut programs = CompletionLogprobs::new(&client, &decoder, &one_device, 1.0);
+    let mut inputs = shared.micro_batches[0]
+        .upload(&client, &one_device, normalizer)
+        .unwrap();
+    programs.append(&start, shape, &mut inputs).unwrap();
+    let BatchInputs::OneDevice(buffers) = &inputs else {
+        panic!("one-device inputs")
+    };
+    let scored = buffers.last().unwrap().to_host::<f32>().unwrap();
+    let c = shape.completion_tokens;
+    for (sample, r) in rollouts(&logprobs, &adv).iter().enumerate() {
+        for (j, want) in r.behaviour_logprobs.iter().enumerate() {
+            let got = scored[sample * c + j];
+            assert!((got - want).abs() < 1e-5, "sample {sample} token {j}: {got} vs {want}");
+        }
+    }
+}
+
+/// Asserts that two learner states hold the same parameters (within f32 rounding).
+fn assert_same_params(decoder: &Decoder, a: &LearnerState, b: &LearnerState) {
+    let (a, b) = (a.host_params(decoder).unwrap(), b.host_params(decoder).unwrap());
+    for ((name, a), (_, b)) in a.iter().zip(&b) {
         for (x, y) in a.data.iter().zip(&b.data) {
-            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+            assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
         }
     }
 }

@@ -360,20 +360,104 @@ impl Decoder {
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
         let allowed = causal_mask(mask)?;
         let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
-        let width = hidden.dims()[2];
         // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
         let first = t - last;
         let scoring = hidden.slice_axis(1, first - 1, t - 1)?;
         let targets = ids.slice_axis(1, first, t)?;
-        let tokens = b * last;
+        let (logprobs, entropy) = self.score(tensors, &scoring, &targets, temperature)?;
+        Ok((logprobs.reshape(&[b, last])?, entropy.reshape(&[b, last])?))
+    }
+
+    /// [`Decoder::token_logprobs`] of `slots` completions per row that share
+    /// the row's prompt, held once: each row of `ids` / `mask` `[B, P + slots·C]`
+    /// is the prompt right-aligned in its first `prompt` columns (left
+    /// padding), then `slots` completions of `C` columns each (right
+    /// padding). Completion `s` attends to the prompt and to its own earlier
+    /// tokens only, at the positions it would have after the prompt alone,
+    /// so its log-probs are those of the sequence prompt + completion `s`;
+    /// the prompt's forward (and its share of the backward) is computed
+    /// once instead of `slots` times. Returns `[B·slots, C]`: row
+    /// `b·slots + s` is completion `s` of row `b`, entry `j` the log-prob of
+    /// its token `j` given the prompt and its tokens before `j`.
+    pub fn shared_prompt_logprobs(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        mask: &Tensor,
+        prompt: i64,
+        slots: i64,
+        temperature: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let c = if slots >= 1 && prompt >= 1 {
+            (t - prompt) / slots
+        } else {
+            0
+        };
+        if c < 1 || prompt + slots * c != t {
+            return Err(grpo_xla::Error::Trace {
+                op: "shared_prompt_logprobs",
+                message: format!("{t} columns are not a {prompt}-token prompt and {slots} equal completion slots"),
+            });
+        }
+        let graph = ids.graph();
+        // The prompt's positions count its real tokens; completion token j is at prompt length + j.
+        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
+        let prompt_ones = ones.slice_axis(1, 0, prompt)?;
+        let prompt_positions = prompt_ones.cumsum(1, false)?.sub(&prompt_ones)?;
+        let prompt_length = prompt_ones.sum(&[1])?.reshape(&[b, 1])?;
+        let offsets = graph.iota(ElementType::S32, &[slots, c], 1)?.reshape(&[1, slots * c])?;
+        let completion_positions = offsets.convert(ids.dtype())?.add(&prompt_length)?;
+        let positions = Tensor::concatenate(&[&prompt_positions, &completion_positions], 1)?;
+        // Query i sees key j ≤ i when j is in the prompt or in i's slot (which starts at `start[i]`).
+        let start: Vec<i32> = (0..t)
+            .map(|i| {
+                if i < prompt {
+                    0
+                } else {
+                    (prompt + (i - prompt) / c * c) as i32
+                }
+            })
+            .collect();
+        let col = graph.iota(ElementType::S32, &[t, t], 1)?;
+        let start = graph.constant(&start, &[t, 1])?.broadcast_to(&[t, t])?;
+        let in_prompt = col.lt(&graph.full(prompt as f64, ElementType::S32, &[t, t])?)?;
+        let shared = in_prompt.or(&col.ge(&start)?)?.reshape(&[1, t, t])?;
+        let allowed = causal_mask(mask)?.and(&shared)?;
+        let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        // Token 0 of every slot is predicted by the prompt's last hidden state,
+        // token j > 0 by its slot's token j − 1.
+        let width = hidden.dims()[2];
+        let last_prompt = hidden
+            .slice_axis(1, prompt - 1, prompt)?
+            .reshape(&[b, 1, 1, width])?
+            .broadcast_to(&[b, slots, 1, width])?;
+        let completions = hidden.slice_axis(1, prompt, t)?.reshape(&[b, slots, c, width])?;
+        let scoring = Tensor::concatenate(&[&last_prompt, &completions.slice_axis(2, 0, c - 1)?], 2)?;
+        let targets = ids.slice_axis(1, prompt, t)?;
+        let (logprobs, entropy) = self.score(tensors, &scoring, &targets, temperature)?;
+        Ok((logprobs.reshape(&[b * slots, c])?, entropy.reshape(&[b * slots, c])?))
+    }
+
+    /// Log-probs and entropies (flat) of `targets` (any shape) at
+    /// temperature `temperature` under the output head applied to `hidden`
+    /// (`targets`' shape + `[width]`), in chunks of at most [`HEAD_CHUNK`] tokens.
+    fn score(
+        &self,
+        tensors: &[Tensor],
+        hidden: &Tensor,
+        targets: &Tensor,
+        temperature: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        let width = hidden.dims()[hidden.rank() - 1];
+        let tokens: i64 = targets.dims().iter().product();
         let chunk = (1..=HEAD_CHUNK).rev().find(|&c| tokens % c == 0).unwrap_or(1);
-        let (logprobs, entropy) = linear_log_probs(
-            &scoring.reshape(&[tokens, width])?,
+        linear_log_probs(
+            &hidden.reshape(&[tokens, width])?,
             self.head_weight(tensors)?,
             &targets.reshape(&[tokens])?,
             chunk,
             temperature,
-        )?;
-        Ok((logprobs.reshape(&[b, last])?, entropy.reshape(&[b, last])?))
+        )
     }
 }

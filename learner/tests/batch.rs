@@ -176,35 +176,25 @@ fn samples_of_one_prompt_share_rows_when_it_is_cheaper() {
     assert_eq!(batch.behaviour[2 * c..2 * c + 3], [-1.0, -1.1, -1.2]);
     assert_eq!(batch.advantages, [0.5, -1.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
 
-    // Expensive attention keeps one sample a row; the rows split over the devices.
+    // The layout (rows, slots) of 8 samples a micro-batch: expensive attention
+    // keeps one sample a row, and the rows split over the devices.
+    let layout = |sharing| {
+        let shape = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, sharing)
+            .unwrap()
+            .micro_batches[0]
+            .shape;
+        (shape.rows, shape.slots)
+    };
     let costly = PromptSharing {
         attention_width: 1.0,
         ..free_attention
     };
-    let one_a_row = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, costly).unwrap();
-    assert_eq!(
-        (
-            one_a_row.micro_batches[0].shape.rows,
-            one_a_row.micro_batches[0].shape.slots
-        ),
-        (8, 1)
-    );
-    let two_devices = PromptSharing {
-        row_multiple: 2,
-        ..free_attention
-    };
-    let split = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, two_devices).unwrap();
-    assert_eq!(
-        (split.micro_batches[0].shape.rows, split.micro_batches[0].shape.slots),
-        (2, 4)
-    );
-    let four_devices = PromptSharing {
-        row_multiple: 4,
-        ..free_attention
-    };
-    let split = pack_sharing(&rollouts, 8, 64, LossType::Dapo, 8, four_devices).unwrap();
-    assert_eq!(
-        (split.micro_batches[0].shape.rows, split.micro_batches[0].shape.slots),
-        (4, 2)
-    );
+    assert_eq!(layout(costly), (8, 1));
+    for (devices, rows_and_slots) in [(2, (2, 4)), (4, (4, 2))] {
+        let split = PromptSharing {
+            row_multiple: devices,
+            ..free_attention
+        };
+        assert_eq!(layout(split), rows_and_slots, "over {devices} devices");
+    }
 }

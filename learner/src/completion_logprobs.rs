@@ -85,9 +85,14 @@ impl CompletionLogprobs {
             let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;
-            let slots = (shape.slots as i64, c);
-            let (logprobs, _) =
-                completion_logprobs(&self.decoder, &tensors, (&ids, &attention), slots, self.temperature)?;
+            let slot_layout = (shape.slots as i64, c);
+            let (logprobs, _) = completion_logprobs(
+                &self.decoder,
+                &tensors,
+                (&ids, &attention),
+                slot_layout,
+                self.temperature,
+            )?;
             let mut function = graph.build(&[&logprobs])?;
             if let Some(mut inputs) = layout {
                 let rows = Sharding::split(0, self.devices);

@@ -1,6 +1,6 @@
 //! From scored rollouts to the train step's micro-batches: each row is a
 //! prompt right-aligned in `P` columns and `K` completion slots of `C`
-//! columns after it (see [`crate::trainer`]), `P` and `C` one token bucket
+//! columns after it (see [`crate::objective::grpo`]), `P` and `C` one token bucket
 //! each for the whole step (see [`token_bucket`]: a run compiles a handful
 //! of programs), cut into micro-batches of a fixed number of samples (the
 //! last one padded with empty rows and slots that count for nothing).
@@ -14,15 +14,46 @@
 //! row's length, so long completions keep `K` small.
 
 use grpo_model::config::ModelConfig;
-use grpo_xla::{Client, Pred};
+use grpo_xla::trace::Mesh;
+use grpo_xla::{Client, NativeType, Pred, ShardedBuffer, TensorType};
 
 use crate::error::{Error, Result};
 use crate::loss::LossType;
-use crate::placement::{BatchInputs, Placement};
-use crate::trainer::MicroBatchShape;
 
 /// The smallest token bucket.
 const MIN_TOKENS: usize = 16;
+
+/// The shape of one micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MicroBatchShape {
+    /// Rows `R`: prompts, each with its completion slots.
+    pub rows: usize,
+    /// Prompt columns `P` (prompts right-aligned in them).
+    pub prompt_tokens: usize,
+    /// Completion slots `K` a row (samples sharing its prompt; 1: one sample a row).
+    pub slots: usize,
+    /// Columns `C` of each completion slot (completions left-aligned in them).
+    pub completion_tokens: usize,
+}
+
+impl MicroBatchShape {
+    /// Tokens per row, `P + K·C`.
+    pub fn tokens(&self) -> usize {
+        self.prompt_tokens + self.slots * self.completion_tokens
+    }
+
+    /// Samples, `R·K`.
+    pub fn samples(&self) -> usize {
+        self.rows * self.slots
+    }
+}
+
+/// The host array `data` of dimensions `dims` as a batch input on `mesh`:
+/// whole on one device, its rows split over several (a scalar replicated).
+pub fn batch_input<T: NativeType>(client: &Client, mesh: &Mesh, data: &[T], dims: &[i64]) -> Result<ShardedBuffer> {
+    let sharding = mesh.batch_sharding(&TensorType::new(T::ELEMENT_TYPE, dims));
+    Ok(mesh.from_host(client, data, dims, &sharding)?)
+}
 
 /// One scored sample, as the learner trains on it.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +112,7 @@ pub fn attention_width(config: &ModelConfig) -> f64 {
 }
 
 /// The host tensors of one micro-batch, in the order of
-/// [`crate::trainer::batch_types`] (without the normalizer); `N` = `R·K` samples.
+/// [`crate::objective::grpo`]'s inputs (without the normalizer); `N` = `R·K` samples.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MicroBatch {
     /// Its shape.
@@ -99,30 +130,30 @@ pub struct MicroBatch {
 }
 
 impl MicroBatch {
-    /// Its inputs on `placement` in [`crate::trainer::batch_types`] order,
-    /// with the loss `normalizer` this micro-batch divides by.
-    pub fn upload(&self, client: &Client, placement: &Placement, normalizer: f32) -> Result<BatchInputs> {
+    /// Its inputs on `mesh` in [`crate::objective::grpo`]'s order, with
+    /// the loss `normalizer` this micro-batch divides by.
+    pub fn upload(&self, client: &Client, mesh: &Mesh, normalizer: f32) -> Result<Vec<ShardedBuffer>> {
         let s = self.shape;
         let (b, c) = (s.samples() as i64, s.completion_tokens as i64);
-        let mut inputs = self.upload_tokens(client, placement)?;
-        placement.push(client, &mut inputs, &self.behaviour, &[b, c])?;
-        placement.push(client, &mut inputs, &self.advantages, &[b])?;
-        placement.push(client, &mut inputs, &[normalizer], &[])?;
+        let mut inputs = self.upload_tokens(client, mesh)?;
+        inputs.push(batch_input(client, mesh, &self.behaviour, &[b, c])?);
+        inputs.push(batch_input(client, mesh, &self.advantages, &[b])?);
+        inputs.push(batch_input(client, mesh, &[normalizer], &[])?);
         Ok(inputs)
     }
 
-    /// Its first three inputs on `placement`: `ids`, `attention`,
-    /// `completion` (all a loss over completion tokens needs; see [`crate::sft`]).
-    pub fn upload_tokens(&self, client: &Client, placement: &Placement) -> Result<BatchInputs> {
+    /// Its first three inputs on `mesh`: `ids`, `attention`, `completion`
+    /// (all a loss over completion tokens needs; see [`crate::objective::sft`]).
+    pub fn upload_tokens(&self, client: &Client, mesh: &Mesh) -> Result<Vec<ShardedBuffer>> {
         let s = self.shape;
         let (r, t) = (s.rows as i64, s.tokens() as i64);
         let (n, c) = (s.samples() as i64, s.completion_tokens as i64);
         let attention: Vec<Pred> = self.attention.iter().map(|&a| Pred::from(a)).collect();
-        let mut inputs = placement.inputs();
-        placement.push(client, &mut inputs, &self.ids, &[r, t])?;
-        placement.push(client, &mut inputs, &attention, &[r, t])?;
-        placement.push(client, &mut inputs, &self.completion, &[n, c])?;
-        Ok(inputs)
+        Ok(vec![
+            batch_input(client, mesh, &self.ids, &[r, t])?,
+            batch_input(client, mesh, &attention, &[r, t])?,
+            batch_input(client, mesh, &self.completion, &[n, c])?,
+        ])
     }
 }
 
@@ -135,6 +166,19 @@ pub struct StepBatch {
     pub normalizer: f32,
     /// Completion tokens that count.
     pub tokens: usize,
+}
+
+impl StepBatch {
+    /// The normalizer each micro-batch gets, so that the accumulating
+    /// step's mean gradient is the whole batch's.
+    pub fn micro_normalizer(&self) -> f32 {
+        self.normalizer / self.micro_batches.len().max(1) as f32
+    }
+
+    /// The shape of its micro-batches.
+    pub fn shape(&self) -> MicroBatchShape {
+        self.micro_batches[0].shape
+    }
 }
 
 /// The token bucket holding sequences of `len` tokens, at most `max`:

@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use grpo_model::config::ModelConfig;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
-use grpo_xla::trace::Optimizer;
-use grpo_xla::{Buffer, ElementType, TensorType};
 
 use crate::error::{Error, Result};
 
@@ -59,25 +57,6 @@ fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
         line: 0,
         message: format!("cannot {what}: {e}"),
     }
-}
-
-/// A device buffer (f32 or bf16) as an f32 host tensor.
-pub fn host_tensor(buffer: &Buffer) -> Result<HostTensor> {
-    let dims: Vec<usize> = buffer.dims().iter().map(|&d| d as usize).collect();
-    let data = match buffer.dtype() {
-        ElementType::Bf16 => buffer.to_host::<half::bf16>()?.iter().map(|v| v.to_f32()).collect(),
-        _ => buffer.to_host::<f32>()?,
-    };
-    Ok(HostTensor::new(dims, data)?)
-}
-
-/// Named device buffers (f32 or bf16) as named f32 host tensors, collected
-/// into any collection (a list for the fleet, a map for a checkpoint).
-pub fn host_tensors<C: FromIterator<(String, HostTensor)>>(tensors: &[(&str, &Buffer)]) -> Result<C> {
-    tensors
-        .iter()
-        .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
-        .collect()
 }
 
 /// The folder of step `step`'s checkpoint under `out`.
@@ -213,73 +192,4 @@ pub fn load(dir: &Path) -> Result<LoadedCheckpoint> {
         optimizer,
         state,
     })
-}
-
-/// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
-/// the parameters (`m.model.norm.weight`), as checkpoints store them.
-pub fn optimizer_names(decoder: &grpo_model::decoder::Decoder, optimizer: &dyn Optimizer) -> Vec<(String, TensorType)> {
-    optimizer
-        .state_spec(&crate::trainer::param_types(decoder, ElementType::F32))
-        .into_iter()
-        .map(|(name, ty)| {
-            let named = match name.split_once('.') {
-                Some((slot, index)) => match index.parse::<usize>() {
-                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
-                    Err(_) => name,
-                },
-                None => name,
-            };
-            (named, ty)
-        })
-        .collect()
-}
-
-/// `params` (in `decoder`'s order) with their names.
-pub fn named_params<'a>(decoder: &'a grpo_model::decoder::Decoder, params: &'a [Buffer]) -> Vec<(&'a str, &'a Buffer)> {
-    decoder
-        .parameters()
-        .iter()
-        .map(|p| p.name.as_str())
-        .zip(params)
-        .collect()
-}
-
-/// Writes a training loop's checkpoint after `step` steps: its parameters
-/// and `optimizer` state (named by [`optimizer_names`]) and its loop `state`.
-pub struct TrainingCheckpoint<'a> {
-    /// Steps done.
-    pub step: u64,
-    /// The model's config and tokenizer (copied into the folder).
-    pub model: (&'a ModelConfig, &'a Tokenizer),
-    /// The decoder the buffers belong to.
-    pub decoder: &'a grpo_model::decoder::Decoder,
-    /// The optimizer, for the names of its state.
-    pub optimizer: &'a dyn Optimizer,
-    /// Parameters and optimizer state.
-    pub state: &'a crate::placement::LearnerState,
-    /// The loop's state (`trainer_state.json`).
-    pub loop_state: serde_json::Value,
-}
-
-impl TrainingCheckpoint<'_> {
-    /// Writes `OUT/checkpoint-<step>/` atomically; returns the folder.
-    pub fn save(self, out: &Path) -> Result<PathBuf> {
-        let names = optimizer_names(self.decoder, self.optimizer);
-        let optimizer = names
-            .into_iter()
-            .map(|(name, _)| name)
-            .zip(self.state.host_optimizer()?)
-            .collect();
-        save(
-            out,
-            &CheckpointParts {
-                step: self.step,
-                config: self.model.0,
-                tokenizer: self.model.1,
-                params: self.state.host_params(self.decoder)?,
-                optimizer,
-                state: self.loop_state,
-            },
-        )
-    }
 }

@@ -2,7 +2,10 @@
 //! components' settings. Every field has a documented default; unknown keys
 //! are refused naming them, and invalid values are refused before any work
 //! starts. The `[[reward]]` and `[reward_pool]` tables belong to
-//! grpo-reward and are read there.
+//! grpo-reward and are read there. `grpo sft`'s config ([`sft`]) shares
+//! the `[model]`, `[optimizer]` and `[checkpoint]` sections.
+
+pub mod sft;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,12 +15,12 @@ use serde::Deserialize;
 
 use grpo_rollout::worker::{PushOptions, WireDtype};
 use grpo_xla::ElementType;
-use grpo_xla::trace::Parallelism;
+use grpo_xla::trace::{AdamW, Parallelism};
 
 use crate::advantage::ScaleRewards;
 use crate::data::{Example, load_jsonl, split, to_chat};
 use crate::error::{Error, Result};
-use crate::fleet::FleetConfig;
+use crate::fleet::{FleetConfig, FleetPlan};
 use crate::grpo::GrpoConfig;
 use crate::loss::{GrpoLoss, Importance, LossType};
 use crate::schedule::{Decay, Schedule};
@@ -245,6 +248,42 @@ pub struct OptimizerSection {
     pub max_grad_norm: f64,
 }
 
+impl OptimizerSection {
+    /// The learning-rate schedule over a run of `max_steps` steps, checked.
+    pub fn lr_schedule(&self, max_steps: usize) -> Result<Schedule> {
+        let decay = choice(
+            "optimizer.schedule",
+            &self.schedule,
+            &[
+                ("constant", Decay::Constant),
+                ("linear", Decay::Linear),
+                ("cosine", Decay::Cosine),
+            ],
+        )?;
+        let schedule = Schedule {
+            lr: self.lr,
+            warmup: self.warmup_steps,
+            total: max_steps.max(1),
+            decay,
+        };
+        schedule.validate()?;
+        Ok(schedule)
+    }
+
+    /// AdamW with this weight decay (PyTorch's other defaults).
+    pub fn adamw(&self) -> AdamW {
+        AdamW {
+            weight_decay: self.weight_decay,
+            ..AdamW::default()
+        }
+    }
+
+    /// The clipping threshold (`None` for 0).
+    pub fn max_grad_norm(&self) -> Option<f64> {
+        (self.max_grad_norm > 0.0).then_some(self.max_grad_norm)
+    }
+}
+
 impl Default for OptimizerSection {
     fn default() -> Self {
         OptimizerSection {
@@ -376,30 +415,50 @@ impl Default for LoggingSection {
     }
 }
 
-/// The rollout fleet `[rollout]` asks for.
-#[derive(Debug, Clone)]
-pub struct FleetPlan {
-    /// How the fleet pushes weights and watches its workers.
-    pub config: FleetConfig,
-    /// Worker addresses to call.
-    pub workers: Vec<String>,
-    /// Where to take worker registrations.
-    pub listen: Option<SocketAddr>,
-    /// Whether the in-process engines generate too.
-    pub in_process: bool,
-    /// In-process engines, one per device.
-    pub engines: usize,
-}
-
-impl FleetPlan {
-    /// Whether one in-process engine is the whole fleet (no workers, no registry).
-    pub fn local_only(&self) -> bool {
-        self.workers.is_empty() && self.listen.is_none() && self.engines == 1
-    }
-}
-
-fn invalid(field: &'static str, message: String) -> Error {
+/// The error of a bad value of `field`.
+pub(crate) fn invalid(field: &'static str, message: String) -> Error {
     Error::Config { field, message }
+}
+
+/// The error of a config that is not TOML.
+pub(crate) fn not_toml(e: toml::de::Error) -> Error {
+    invalid("config", format!("not TOML: {e}"))
+}
+
+/// A config's sections from its TOML `table`, an unknown or mistyped key
+/// refused naming its path.
+pub(crate) fn parse_sections<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let key = e.path().to_string();
+        let message = e.into_inner().message().to_string();
+        invalid("config", format!("`{key}`: {message}"))
+    })
+}
+
+/// Applies `section.key=value` overrides (TOML values; anything else a
+/// string) to the config text `text`, before it is validated.
+pub fn with_overrides(text: &str, overrides: &[String]) -> Result<String> {
+    let mut table: toml::Table = text.parse().map_err(not_toml)?;
+    for item in overrides {
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| invalid("--set", format!("`{item}` is not section.key=value")))?;
+        let (section, field) = key
+            .split_once('.')
+            .ok_or_else(|| invalid("--set", format!("`{key}` is not section.key")))?;
+        let parsed: toml::Value = format!("v = {value}")
+            .parse::<toml::Table>()
+            .map(|mut t| t.remove("v").expect("parsed one key"))
+            .unwrap_or_else(|_| toml::Value::String(value.to_string()));
+        let entry = table
+            .entry(section.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(section_table) = entry else {
+            return Err(invalid("--set", format!("`{section}` is not a section")));
+        };
+        section_table.insert(field.to_string(), parsed);
+    }
+    toml::to_string(&table).map_err(|e| invalid("--set", e.to_string()))
 }
 
 fn choice<T: Copy>(field: &'static str, value: &str, options: &[(&str, T)]) -> Result<T> {
@@ -445,43 +504,14 @@ impl RunConfig {
 
     /// Parses TOML text (the reward tables are left to grpo-reward) and validates it.
     pub fn from_toml_str(text: &str) -> Result<RunConfig> {
-        let mut table: toml::Table = text.parse().map_err(|e| invalid("config", format!("not TOML: {e}")))?;
+        let mut table: toml::Table = text.parse().map_err(not_toml)?;
         table.remove("reward");
         table.remove("reward_pool");
-        let config: RunConfig = serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            let message = e.into_inner().message().to_string();
-            invalid("config", format!("`{key}`: {message}"))
-        })?;
+        let config: RunConfig = parse_sections(table)?;
         config.grpo()?;
         config.fleet()?;
         config.engine_dtype()?;
         Ok(config)
-    }
-
-    /// Applies `section.key=value` overrides (TOML values) before validation.
-    pub fn with_overrides(text: &str, overrides: &[String]) -> Result<String> {
-        let mut table: toml::Table = text.parse().map_err(|e| invalid("config", format!("not TOML: {e}")))?;
-        for item in overrides {
-            let (key, value) = item
-                .split_once('=')
-                .ok_or_else(|| invalid("--set", format!("`{item}` is not section.key=value")))?;
-            let (section, field) = key
-                .split_once('.')
-                .ok_or_else(|| invalid("--set", format!("`{key}` is not section.key")))?;
-            let parsed: toml::Value = format!("v = {value}")
-                .parse::<toml::Table>()
-                .map(|mut t| t.remove("v").expect("parsed one key"))
-                .unwrap_or_else(|_| toml::Value::String(value.to_string()));
-            let entry = table
-                .entry(section.to_string())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            let toml::Value::Table(section_table) = entry else {
-                return Err(invalid("--set", format!("`{section}` is not a section")));
-            };
-            section_table.insert(field.to_string(), parsed);
-        }
-        toml::to_string(&table).map_err(|e| invalid("--set", e.to_string()))
     }
 
     /// The in-process engine's dtype.
@@ -607,15 +637,6 @@ impl RunConfig {
                 ));
             }
         };
-        let decay = choice(
-            "optimizer.schedule",
-            &o.schedule,
-            &[
-                ("constant", Decay::Constant),
-                ("linear", Decay::Linear),
-                ("cosine", Decay::Cosine),
-            ],
-        )?;
         let config = GrpoConfig {
             group_size: r.group_size,
             prompts_per_step: r.prompts_per_step,
@@ -629,17 +650,9 @@ impl RunConfig {
                 temperature: r.temperature,
             },
             scale_rewards,
-            schedule: Schedule {
-                lr: o.lr,
-                warmup: o.warmup_steps,
-                total: self.trainer.max_steps.max(1),
-                decay,
-            },
-            optimizer: grpo_xla::trace::AdamW {
-                weight_decay: o.weight_decay,
-                ..grpo_xla::trace::AdamW::default()
-            },
-            max_grad_norm: (o.max_grad_norm > 0.0).then_some(o.max_grad_norm),
+            schedule: o.lr_schedule(self.trainer.max_steps)?,
+            optimizer: o.adamw(),
+            max_grad_norm: o.max_grad_norm(),
             micro_batch_rows: self.trainer.micro_batch_size,
             share_prompts: self.trainer.share_prompts,
             max_tokens: r.max_model_len,
@@ -659,7 +672,6 @@ impl RunConfig {
         if a.num_iterations == 0 {
             return Err(invalid("algorithm.num_iterations", "0: at least 1".to_string()));
         }
-        config.schedule.validate()?;
         Ok(config)
     }
 }

@@ -54,6 +54,15 @@ pub enum Error {
         /// What is wrong, with each worker's state.
         message: String,
     },
+    /// The output folder cannot take this run (another run is there, or
+    /// there is nothing to resume).
+    #[error("{}: {message}", dir.display())]
+    Output {
+        /// The output folder.
+        dir: std::path::PathBuf,
+        /// What is wrong and what to do.
+        message: String,
+    },
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

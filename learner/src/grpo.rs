@@ -1,48 +1,43 @@
-//! One GRPO iteration: sample prompts → the rollout fleet draws `G`
-//! completions of each (one prefill per group) → the reward pool scores
-//! them ([`crate::rollouts`]: inline, or up to `max_staleness` steps ahead
-//! on a thread) → group advantages → micro-batches → the compiled GRPO
-//! step (forward, loss, backward, clipping, AdamW; old log-probs for μ > 1
-//! passes and the frozen reference's for β > 0 from
-//! [`crate::completion_logprobs`]) → the new weights go to the fleet as the
-//! next policy version ([`crate::fleet`]: in memory to the in-process
-//! engine, over gRPC to workers).
+//! GRPO's task: sample prompts → the rollout fleet draws `G` completions
+//! of each (one prefill per group) → the reward pool scores them
+//! ([`crate::rollouts`]: inline, or up to `max_staleness` steps ahead on a
+//! thread) → group advantages → micro-batches → the learner's GRPO step
+//! ([`crate::objective::grpo`]; old log-probs for μ > 1 passes and the
+//! frozen reference's for β > 0 from [`crate::completion_logprobs`]) → the
+//! new weights go to the fleet as the next policy version
+//! ([`crate::fleet`]: in memory to the in-process engine, over gRPC to
+//! workers).
 //!
-//! The learner keeps f32 master weights and AdamW state on its device, or
-//! sharded over several ([`crate::placement`]), donated and updated in
-//! place; an in-process engine shares the first device and holds its own
-//! copy of the weights in its dtype (the frozen reference of β > 0 is laid
-//! out as the learner's weights). Memory per step beyond those: the step's
-//! completions, their micro-batches and one host copy of the weights while
-//! they are sent.
+//! Memory beyond the learner's: an in-process engine's own copy of the
+//! weights in its dtype, the frozen reference of β > 0 (laid out as the
+//! learner's weights), the step's completions and micro-batches, and one
+//! host copy of the weights while they are sent.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::HostTensor;
 use grpo_reward::RewardPool;
 use grpo_rollout::output::FinishReason;
-use grpo_xla::trace::{AdamW, StepMetrics};
-use grpo_xla::{Buffer, Client, ElementType};
+use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
+use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer};
+use serde_json::{Map, Value};
 
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{PromptSharing, Rollout, attention_width, pack_sharing};
-use crate::checkpoint::{LoadedCheckpoint, TrainingCheckpoint, named_params, optimizer_names};
+use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, Weights};
+use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
-use crate::placement::{LearnerState, OptimizerState, Placement};
+use crate::objective::grpo::GrpoObjective;
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
-use crate::trainer::{GrpoStep, MicroBatchShape, OldLogprobs, StepConfig, micro_normalizer};
+use crate::trainer::{LoopState, StepRecord, Task, Trainer};
 
 /// The settings of the iteration.
 #[derive(Debug, Clone)]
@@ -86,7 +81,7 @@ pub struct GrpoConfig {
 }
 
 /// What one step did (TRL's metric names where they exist).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepReport {
     /// The step's number (1-based, as TRL's `global_step`): the policy
     /// after it is version `step`, its checkpoint `checkpoint-<step>`.
@@ -154,36 +149,18 @@ pub struct EvalReport {
     pub seconds: f64,
 }
 
-/// Where the loop is, as a checkpoint's `trainer_state.json` keeps it. The
-/// rollouts' sampling seeds derive from the step, so this is all a resumed
-/// run needs to continue exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LoopState {
-    /// Steps completed.
-    pub step: u64,
-    /// The prompt sampler's position.
-    pub sampler: SamplerState,
-    /// The data order's seed (a resumed run must use the same).
-    pub data_seed: u64,
+impl GrpoConfig {
+    /// How the learner updates its weights.
+    pub fn optimization(&self) -> Optimization {
+        Optimization {
+            optimizer: self.optimizer,
+            max_grad_norm: self.max_grad_norm,
+            compute: self.compute,
+        }
+    }
 }
 
-/// The GRPO iteration's components and state.
-pub struct GrpoLoop {
-    client: Client,
-    decoder: Decoder,
-    rollouts: Rollouts,
-    config: GrpoConfig,
-    sampler: SamplerState,
-    data_seed: u64,
-    placement: Placement,
-    state: LearnerState,
-    steps: HashMap<(MicroBatchShape, bool), GrpoStep>,
-    logprobs_programs: CompletionLogprobs,
-    reference: Option<LearnerState>,
-    step: usize,
-}
-
-/// What the loop is built from.
+/// What GRPO's trainer is built from.
 pub struct GrpoParts {
     /// The device client (shared by the engine and the learner).
     pub client: Client,
@@ -197,85 +174,36 @@ pub struct GrpoParts {
     pub rewards: RewardPool,
     /// The training prompts.
     pub data: Vec<Example>,
+    /// The held-out prompts of the greedy evaluation (may be empty).
+    pub eval: Vec<Example>,
     /// The seed of the prompt order.
     pub data_seed: u64,
-    /// The learner's initial weights: f32 on the client's first device, in
-    /// the decoder's order.
+    /// The learner's weights (a new run's start, or a checkpoint's): f32
+    /// on the client's first device, in the decoder's order.
     pub params: Vec<Buffer>,
-    /// Where the learner keeps its state and batches (one device, or
-    /// sharded over several).
-    pub placement: Placement,
+    /// The devices the learner keeps its state and batches on.
+    pub mesh: Mesh,
     /// The frozen reference policy of the KL term (f32 on the client's
-    /// first device, the decoder's order; laid out on `placement` as the
+    /// first device, the decoder's order; laid out on the mesh as the
     /// learner's weights): required when β > 0, unused otherwise.
     pub reference: Option<Vec<Buffer>>,
 }
 
-/// A checkpoint's state for the loop to continue from (its parameters are
-/// the [`GrpoParts::params`] and the engine's weights).
-pub struct Resume {
-    /// The loop state.
-    pub state: LoopState,
-    /// The optimizer state, in [`grpo_xla::trace::Optimizer::state_spec`]
-    /// order (empty before the first step), on the host until the loop
-    /// lays it out on its placement.
-    pub optimizer: Vec<HostTensor>,
+/// GRPO's rollouts, rewards and advantages feeding the learner.
+pub struct GrpoTask {
+    client: Client,
+    rollouts: Rollouts,
+    config: GrpoConfig,
+    sampler: SamplerState,
+    eval: Vec<Example>,
+    logprobs_programs: CompletionLogprobs,
+    reference: Option<Vec<ShardedBuffer>>,
 }
 
-impl Resume {
-    /// The loop and optimizer state of `checkpoint`, checked against the model.
-    pub fn from_checkpoint(checkpoint: LoadedCheckpoint, decoder: &Decoder, optimizer: &AdamW) -> Result<Resume> {
-        let LoadedCheckpoint {
-            dir,
-            optimizer: mut saved,
-            state,
-        } = checkpoint;
-        let state: LoopState = serde_json::from_value(state).map_err(|e| Error::Data {
-            path: dir.join(crate::checkpoint::STATE_FILE),
-            line: 0,
-            message: format!("not a grpo run's loop state: {e}"),
-        })?;
-        let names = optimizer_names(decoder, optimizer);
-        let tensors = if saved.is_empty() {
-            Vec::new()
-        } else {
-            names
-                .iter()
-                .map(|(name, ty)| {
-                    let tensor = saved.remove(name).ok_or_else(|| Error::Data {
-                        path: dir.join(crate::checkpoint::OPTIMIZER_FILE),
-                        line: 0,
-                        message: format!(
-                            "no optimizer tensor `{name}`: the checkpoint is of another model or optimizer"
-                        ),
-                    })?;
-                    let dims = tensor.dims_i64();
-                    if dims != ty.dims {
-                        return Err(Error::Data {
-                            path: dir.join(crate::checkpoint::OPTIMIZER_FILE),
-                            line: 0,
-                            message: format!("`{name}` has shape {dims:?}, the model needs {:?}", ty.dims),
-                        });
-                    }
-                    Ok(tensor)
-                })
-                .collect::<Result<Vec<_>>>()?
-        };
-        Ok(Resume {
-            state,
-            optimizer: tensors,
-        })
-    }
-}
-
-impl GrpoLoop {
-    /// The loop from its parts, starting at step 0.
-    pub fn new(parts: GrpoParts, config: GrpoConfig) -> Result<GrpoLoop> {
-        Self::resume(parts, config, None)
-    }
-
-    /// The loop from its parts, continuing from `resume` when given.
-    pub fn resume(parts: GrpoParts, config: GrpoConfig, resume: Option<Resume>) -> Result<GrpoLoop> {
+impl Trainer<GrpoTask> {
+    /// GRPO's trainer from its parts: a new run, or one continuing from
+    /// `checkpoint` (whose weights are [`GrpoParts::params`]).
+    pub fn grpo(parts: GrpoParts, config: GrpoConfig, checkpoint: Option<&LoadedCheckpoint>) -> Result<Self> {
         let GrpoParts {
             client,
             decoder,
@@ -283,12 +211,13 @@ impl GrpoLoop {
             mut fleet,
             rewards,
             data,
+            eval,
             data_seed,
             params,
-            placement,
+            mesh,
             reference,
         } = parts;
-        placement.check_rows(config.micro_batch_rows)?;
+        check_rows(&mesh, config.micro_batch_rows)?;
         if (config.loss.beta > 0.0) != reference.is_some() {
             return Err(Error::Config {
                 field: "algorithm.beta",
@@ -310,7 +239,8 @@ impl GrpoLoop {
                 message: format!("{}: GRPO needs at least 2 samples per prompt", config.group_size),
             });
         }
-        config.loss.validate()?;
+        let objective = GrpoObjective::new(config.loss, config.iterations)?;
+        let optimization = config.optimization();
         config.schedule.validate()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -320,29 +250,19 @@ impl GrpoLoop {
                 field: "runtime",
                 message: format!("cannot start the reward runtime: {e}"),
             })?;
-        let (sampler, step, optimizer) = match resume {
-            Some(Resume { state, optimizer }) => {
-                if state.data_seed != data_seed {
-                    return Err(Error::Config {
-                        field: "data.seed",
-                        message: format!(
-                            "the checkpoint's run used seed {}, this config {data_seed}: resume with the same data settings",
-                            state.data_seed
-                        ),
-                    });
-                }
-                (state.sampler, state.step as usize, optimizer)
-            }
-            None => (SamplerState { epoch: 0, position: 0 }, 0, Vec::new()),
+        let start = match checkpoint {
+            Some(checkpoint) => LoopState::of_checkpoint(checkpoint, data_seed)?,
+            None => LoopState::start(data_seed),
         };
+        let step = start.step as usize;
         // The fleet starts on the learner's weights, as version `step`.
-        fleet.start_at(step as u64, &named_params(&decoder, &params))?;
+        fleet.start_at(start.step, &named_params(&decoder, &params))?;
         let side = RolloutSide {
             fleet,
             rewards,
             runtime,
             encoder: PromptEncoder::new(tokenizer)?,
-            sampler: PromptSampler::resume(data.len(), data_seed, sampler),
+            sampler: PromptSampler::resume(data.len(), data_seed, start.sampler),
             data,
             sampling: Sampling {
                 group_size: config.group_size,
@@ -351,53 +271,31 @@ impl GrpoLoop {
                 temperature: config.loss.temperature,
                 seed: config.seed,
             },
-            version: step as u64,
+            version: start.step,
         };
-        let logprobs_programs = CompletionLogprobs::new(&client, &decoder, &placement, config.loss.temperature);
-        let zeros = optimizer_names(&decoder, &config.optimizer);
-        let optimizer = match optimizer.is_empty() {
-            true => OptimizerState::Zeros(&zeros),
-            false => OptimizerState::Resumed(&optimizer),
-        };
-        let state = placement.state(&client, params, optimizer)?;
-        let reference = reference
-            .map(|weights| placement.state(&client, weights, OptimizerState::Frozen))
-            .transpose()?;
-        Ok(GrpoLoop {
-            logprobs_programs,
+        let reference = reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?;
+        let task = GrpoTask {
+            logprobs_programs: CompletionLogprobs::new(&client, &decoder, &mesh, config.loss.temperature),
             reference,
-            client,
-            decoder,
+            client: client.clone(),
             rollouts: Rollouts::new(side, config.max_staleness, step)?,
+            sampler: start.sampler,
+            eval,
             config,
-            sampler,
-            data_seed,
-            placement,
-            state,
-            steps: HashMap::new(),
-            step,
-        })
+        };
+        let optimizer = checkpoint.map(|c| &c.optimizer);
+        let learner = Learner::new(&client, &decoder, mesh, objective, optimization, params, optimizer)?;
+        Ok(Trainer::new(learner, task, start))
     }
+}
 
-    /// Steps completed.
-    pub fn steps_done(&self) -> usize {
-        self.step
-    }
+impl Task for GrpoTask {
+    type Objective = GrpoObjective;
 
-    /// Where the loop is (what a checkpoint stores).
-    pub fn loop_state(&self) -> LoopState {
-        LoopState {
-            step: self.step as u64,
-            sampler: self.sampler,
-            data_seed: self.data_seed,
-        }
-    }
-
-    /// Runs one step and reports it with the step's rollouts.
-    pub fn step(&mut self) -> Result<(StepReport, Vec<RolloutRow>)> {
+    fn step(&mut self, learner: &mut Learner<GrpoObjective>, step: usize) -> Result<StepRecord> {
         let c = self.config.clone();
-        let drawn = self.rollouts.next(self.step)?;
-        let staleness = self.step as u64 - drawn.version.min(self.step as u64);
+        let drawn = self.rollouts.next(step)?;
+        let staleness = step as u64 - drawn.version.min(step as u64);
         let stale = staleness > c.max_staleness as u64;
         let collected = &drawn.collected;
         let rewards = collected.rewards();
@@ -420,7 +318,7 @@ impl GrpoLoop {
                 valid: adv.valid[i],
             })
             .collect();
-        let lr = c.schedule.at(self.step);
+        let lr = c.schedule.at(step);
         let (metrics, tokens) = if rollouts.is_empty() {
             // Dynamic sampling dropped every group: nothing to learn from this step.
             let nothing = StepMetrics {
@@ -430,16 +328,13 @@ impl GrpoLoop {
             };
             (nothing, 0)
         } else {
-            self.train(&rollouts, lr)?
+            self.train(learner, &rollouts, lr)?
         };
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors: Weights = self.state.host_params(&self.decoder)?.into();
-        let sync = self
-            .rollouts
-            .update_weights(self.step as u64 + 1, tensors)?
-            .or(drawn.sync);
+        let tensors: Weights = learner.host_params()?.into();
+        let sync = self.rollouts.update_weights(step as u64 + 1, tensors)?.or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
@@ -448,7 +343,7 @@ impl GrpoLoop {
         let samples = collected.completions().count().max(1) as f64;
         let per_token = |sum: f32| f64::from(sum) / tokens.max(1) as f64;
         let report = StepReport {
-            step: self.step + 1,
+            step: step + 1,
             reward: mean,
             reward_std: std,
             frac_reward_zero_std: adv.frac_zero_std(),
@@ -475,47 +370,76 @@ impl GrpoLoop {
             stale_samples: if stale { collected.completions().count() } else { 0 },
             fleet: drawn.fleet,
         };
-        let log = self.rollout_rows(&drawn, &rewards, &adv.values);
+        let rows = rollout_rows(step + 1, &drawn, &rewards, &adv.values);
         self.sampler = drawn.sampler;
-        self.step += 1;
-        Ok((report, log))
+        let Value::Object(metrics) = serde_json::to_value(&report).expect("a step report serializes") else {
+            unreachable!("a step report is a JSON object")
+        };
+        Ok(StepRecord {
+            step: step + 1,
+            metrics,
+            tokens: rows.iter().map(|r| r.completion_tokens as usize).sum(),
+            rollouts: rows,
+            notes: Vec::new(),
+        })
     }
 
-    /// The step's rollouts as rollout-log rows (the step numbered 1-based).
-    fn rollout_rows(&self, drawn: &Drawn, rewards: &[Option<f32>], advantages: &[f32]) -> Vec<RolloutRow> {
-        let collected = &drawn.collected;
-        let mut log = Vec::with_capacity(rewards.len());
-        for (g, (group, prompt)) in collected.groups.iter().zip(&collected.prompts).enumerate() {
-            let columns = serde_json::Value::Object(drawn.columns[g].clone()).to_string();
-            for completion in group {
-                let i = log.len();
-                log.push(RolloutRow {
-                    step: self.step as u64 + 1,
-                    policy_version: completion.versions.first().copied().unwrap_or(drawn.version),
-                    group: g as u32,
-                    sample: completion.index as u32,
-                    prompt: prompt.text.clone(),
-                    completion: completion.text.clone().unwrap_or_default(),
-                    reward: rewards[i],
-                    advantage: advantages[i],
-                    completion_tokens: completion.tokens.len() as u32,
-                    finish_reason: completion.finish_reason.as_str().to_string(),
-                    columns: columns.clone(),
-                });
-            }
+    fn evaluate(&mut self, _: &Learner<GrpoObjective>) -> Result<Option<Map<String, Value>>> {
+        if self.eval.is_empty() {
+            return Ok(None);
         }
-        log
+        let report = self.greedy_eval()?;
+        let line = serde_json::json!({
+            "eval_accuracy": report.accuracy,
+            "eval_reward": report.reward,
+            "eval_mean_length": report.mean_length,
+            "eval_time": report.seconds,
+            "eval_prompts": report.prompts,
+        });
+        Ok(line.as_object().cloned())
     }
 
-    /// Greedy completions of `examples` (one each, at most
+    fn sampler(&self) -> SamplerState {
+        self.sampler
+    }
+}
+
+/// The step's rollouts as rollout-log rows of step `step` (1-based).
+fn rollout_rows(step: usize, drawn: &Drawn, rewards: &[Option<f32>], advantages: &[f32]) -> Vec<RolloutRow> {
+    let collected = &drawn.collected;
+    let mut log = Vec::with_capacity(rewards.len());
+    for (g, (group, prompt)) in collected.groups.iter().zip(&collected.prompts).enumerate() {
+        let columns = serde_json::Value::Object(drawn.columns[g].clone()).to_string();
+        for completion in group {
+            let i = log.len();
+            log.push(RolloutRow {
+                step: step as u64,
+                policy_version: completion.versions.first().copied().unwrap_or(drawn.version),
+                group: g as u32,
+                sample: completion.index as u32,
+                prompt: prompt.text.clone(),
+                completion: completion.text.clone().unwrap_or_default(),
+                reward: rewards[i],
+                advantage: advantages[i],
+                completion_tokens: completion.tokens.len() as u32,
+                finish_reason: completion.finish_reason.as_str().to_string(),
+                columns: columns.clone(),
+            });
+        }
+    }
+    log
+}
+
+impl GrpoTask {
+    /// Greedy completions of the held-out prompts (one each, at most
     /// `max_completion_tokens`), scored by the rewards.
-    pub fn evaluate(&mut self, examples: &[Example]) -> Result<EvalReport> {
+    pub fn greedy_eval(&mut self) -> Result<EvalReport> {
         let started = Instant::now();
-        let collected = self.rollouts.evaluate(examples, self.config.max_completion_tokens)?;
+        let collected = self.rollouts.evaluate(&self.eval, self.config.max_completion_tokens)?;
         let rewards = collected.rewards();
         let n = rewards.len().max(1) as f64;
         Ok(EvalReport {
-            prompts: examples.len(),
+            prompts: self.eval.len(),
             reward: rewards.iter().map(|r| f64::from(r.unwrap_or(0.0))).sum::<f64>() / n,
             accuracy: rewards.iter().filter(|r| r.is_some_and(|r| r > 0.0)).count() as f64 / n,
             mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / n,
@@ -523,29 +447,21 @@ impl GrpoLoop {
         })
     }
 
-    /// Writes `OUT/checkpoint-<step>/` (policy, optimizer state, loop state), atomically.
-    pub fn checkpoint(&self, out: &Path, config: &ModelConfig, tokenizer: &Tokenizer) -> Result<PathBuf> {
-        TrainingCheckpoint {
-            step: self.step as u64,
-            model: (config, tokenizer),
-            decoder: &self.decoder,
-            optimizer: &self.config.optimizer,
-            state: &self.state,
-            loop_state: serde_json::to_value(self.loop_state()).expect("the loop state serializes"),
-        }
-        .save(out)
-    }
-
-    /// `iterations` optimizer steps on `rollouts` at learning rate `lr`
-    /// (the old log-probs of the ratio taken before the first when there
-    /// are several): the last step's metrics and the completion tokens
-    /// that counted.
-    fn train(&mut self, rollouts: &[Rollout], lr: f64) -> Result<(StepMetrics, usize)> {
+    /// `iterations` optimizer steps of `learner` on `rollouts` at learning
+    /// rate `lr` (the old log-probs of the ratio taken before the first
+    /// when there are several): the last step's metrics and the completion
+    /// tokens that counted.
+    fn train(
+        &mut self,
+        learner: &mut Learner<GrpoObjective>,
+        rollouts: &[Rollout],
+        lr: f64,
+    ) -> Result<(StepMetrics, usize)> {
         let c = &self.config;
         let sharing = PromptSharing {
             max_slots: if c.share_prompts { c.group_size } else { 1 },
-            attention_width: attention_width(self.decoder.config()),
-            row_multiple: self.placement.device_count(),
+            attention_width: attention_width(learner.decoder().config()),
+            row_multiple: learner.mesh().size(),
         };
         let batch = pack_sharing(
             rollouts,
@@ -555,69 +471,26 @@ impl GrpoLoop {
             c.max_completion_tokens,
             sharing,
         )?;
-        let count = batch.micro_batches.len();
-        let shape = batch.micro_batches[0].shape;
-        let share = micro_normalizer(batch.normalizer, count);
+        let shape = batch.shape();
+        let share = batch.micro_normalizer();
         let mut uploaded = batch
             .micro_batches
             .iter()
-            .map(|m| m.upload(&self.client, &self.placement, share))
+            .map(|m| m.upload(&self.client, learner.mesh(), share))
             .collect::<Result<Vec<_>>>()?;
-        let iterations = c.iterations;
         for inputs in &mut uploaded {
             // After the six batch inputs: the old log-probs, then the reference's.
-            if iterations > 1 {
-                self.logprobs_programs.append(&self.state, shape, inputs)?;
+            if c.iterations > 1 {
+                self.logprobs_programs.append(&learner.state().params, shape, inputs)?;
             }
             if let Some(reference) = &self.reference {
                 self.logprobs_programs.append(reference, shape, inputs)?;
             }
         }
-        self.compile_step(shape, count)?;
-        let step = &self.steps[&(shape, count > 1)];
-        let mut metrics = step.step(&mut self.state, &uploaded, lr as f32)?;
-        for _ in 1..iterations {
-            metrics = step.step(&mut self.state, &uploaded, lr as f32)?;
+        let mut metrics = learner.train(shape, &uploaded, lr as f32)?;
+        for _ in 1..c.iterations {
+            metrics = learner.train(shape, &uploaded, lr as f32)?;
         }
         Ok((metrics, batch.tokens))
-    }
-
-    /// Compiles the GRPO step for `count` micro-batches of `shape` unless it is.
-    fn compile_step(&mut self, shape: MicroBatchShape, count: usize) -> Result<()> {
-        let key = (shape, count > 1);
-        if !self.steps.contains_key(&key) {
-            let config = StepConfig {
-                dtype: ElementType::F32,
-                compute: self.config.compute,
-                loss: self.config.loss,
-                old: if self.config.iterations > 1 {
-                    OldLogprobs::Input
-                } else {
-                    OldLogprobs::OnPolicy
-                },
-                optimizer: &self.config.optimizer,
-                max_grad_norm: self.config.max_grad_norm,
-            };
-            let step = GrpoStep::compile(&self.client, &self.decoder, &config, &self.placement, shape, count)?;
-            self.steps.insert(key, step);
-        }
-        Ok(())
-    }
-
-    /// Train-step programs compiled so far (one per token bucket and accumulation mode).
-    pub fn compiled_steps(&self) -> usize {
-        self.steps.len()
-    }
-
-    /// The learner's current parameters as named f32 host tensors (the
-    /// decoder's order), gathered from their shards.
-    pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
-        self.state.host_params(&self.decoder)
-    }
-
-    /// Device bytes of parameters and optimizer state held by each of the
-    /// learner's devices.
-    pub fn state_bytes_per_device(&self) -> Vec<usize> {
-        self.state.device_bytes()
     }
 }

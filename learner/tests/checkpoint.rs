@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use grpo_learner::checkpoint::{CheckpointParts, checkpoint_dir, host_tensors, latest, load, save};
+use grpo_learner::checkpoint::{CheckpointParts, checkpoint_dir, latest, load, save};
+use grpo_learner::learner::host_tensors;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;

@@ -12,10 +12,11 @@ use std::time::Duration;
 use grpo_learner::advantage::ScaleRewards;
 use grpo_learner::data::{Example, Prompt};
 use grpo_learner::fleet::LocalFleet;
-use grpo_learner::grpo::{GrpoConfig, GrpoLoop, GrpoParts};
+use grpo_learner::grpo::{GrpoConfig, GrpoParts, GrpoTask, StepReport};
 use grpo_learner::loss::GrpoLoss;
-use grpo_learner::placement::Placement;
+use grpo_learner::record::RolloutRow;
 use grpo_learner::schedule::{Decay, Schedule};
+use grpo_learner::trainer::Trainer;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
@@ -25,7 +26,7 @@ use grpo_reward::metrics::RewardMetrics;
 use grpo_reward::pool::Entry;
 use grpo_reward::{OnError, RewardPool, Sample, SampleReward, Score};
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_xla::trace::{AdamW, Parallelism};
+use grpo_xla::trace::{AdamW, Mesh, Parallelism};
 use grpo_xla::{Client, ClientOptions, ElementType, Platform};
 
 /// The fraction of a completion's tokens equal to `0`.
@@ -65,7 +66,7 @@ struct Variant {
 }
 
 /// The loop on the tiny fixture model scoring with `reward`.
-fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop {
+fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<GrpoTask> {
     let devices = variant.parallelism.map_or(1, Parallelism::devices);
     let options = ClientOptions::default()
         .compile_cache_dir(None)
@@ -139,19 +140,27 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> GrpoLoop
         fleet: Box::new(LocalFleet::new(engine)),
         rewards,
         data,
+        eval: prompts(),
         data_seed: 5,
         params,
-        placement: Placement::new(&client, variant.parallelism).unwrap(),
+        mesh: Mesh::new(&client, variant.parallelism).unwrap(),
         reference,
     };
-    GrpoLoop::new(parts, config).unwrap()
+    Trainer::grpo(parts, config, None).unwrap()
+}
+
+/// The next step's report and rollouts.
+fn step(grpo: &mut Trainer<GrpoTask>) -> (StepReport, Vec<RolloutRow>) {
+    let record = grpo.step().unwrap();
+    let report = serde_json::from_value(serde_json::Value::Object(record.metrics)).unwrap();
+    (report, record.rollouts)
 }
 
 #[test]
 fn the_reward_rises_and_the_engine_follows_the_learner() {
     let mut grpo = tiny_loop(Arc::new(TargetToken(40)), Variant::default());
-    let reports: Vec<_> = (0..40).map(|_| grpo.step().unwrap().0).collect();
-    let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
+    let reports: Vec<_> = (0..40).map(|_| step(&mut grpo).0).collect();
+    let mean = |r: &[StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
     eprintln!("reward {first:.3} → {last:.3}");
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
@@ -178,7 +187,7 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
         },
     );
     let before = flat.host_params().unwrap();
-    let (report, rows) = flat.step().unwrap();
+    let (report, rows) = step(&mut flat);
     assert_eq!(
         (report.trained_samples, rows.len()),
         (0, 16),
@@ -196,7 +205,7 @@ fn dynamic_sampling_trains_only_on_groups_whose_rewards_vary() {
         },
     );
     for _ in 0..3 {
-        let (report, _) = varied.step().unwrap();
+        let (report, _) = step(&mut varied);
         let kept_groups = (1.0 - report.frac_reward_zero_std) * 4.0;
         assert_eq!(report.trained_samples as f64, kept_groups * 4.0, "{report:?}");
     }
@@ -211,7 +220,7 @@ fn several_passes_over_a_batch_clip_against_the_policy_before_the_first() {
             ..Variant::default()
         },
     );
-    let reports: Vec<_> = (0..8).map(|_| grpo.step().unwrap().0).collect();
+    let reports: Vec<_> = (0..8).map(|_| step(&mut grpo).0).collect();
     assert!(reports.iter().all(|r| r.loss.is_finite()), "{reports:?}");
     assert!(reports.iter().any(|r| r.grad_norm > 0.0), "some step had signal");
     // By the fourth pass at this learning rate the policy has left the
@@ -230,7 +239,7 @@ fn a_kl_term_measures_the_distance_from_the_frozen_start() {
             ..Variant::default()
         },
     );
-    let reports: Vec<_> = (0..6).map(|_| grpo.step().unwrap().0).collect();
+    let reports: Vec<_> = (0..6).map(|_| step(&mut grpo).0).collect();
     assert!(
         reports[0].kl.abs() < 1e-6,
         "the first step's policy is the reference: {}",
@@ -243,7 +252,7 @@ fn a_kl_term_measures_the_distance_from_the_frozen_start() {
     assert!(reports[5].kl > 1e-6, "the policy moved away: {reports:?}");
     let plain: Vec<_> = {
         let mut grpo = tiny_loop(Arc::new(TargetToken(40)), Variant::default());
-        (0..2).map(|_| grpo.step().unwrap().0.kl).collect()
+        (0..2).map(|_| step(&mut grpo).0.kl).collect()
     };
     assert_eq!(plain, [0.0, 0.0], "no reference, no KL");
 }
@@ -259,7 +268,7 @@ fn generating_ahead_samples_one_version_behind_and_still_learns() {
     );
     let mut reports = Vec::new();
     for _ in 0..40 {
-        let (report, rows) = grpo.step().unwrap();
+        let (report, rows) = step(&mut grpo);
         // Batch 1 is drawn by the starting policy; batch s ≥ 2 while step s − 1 trains.
         let version = report.step.saturating_sub(2) as u64;
         assert!(rows.iter().all(|r| r.policy_version == version), "step {}", report.step);
@@ -267,15 +276,15 @@ fn generating_ahead_samples_one_version_behind_and_still_learns() {
         assert_eq!(report.stale_samples, 0);
         reports.push(report);
     }
-    let mean = |r: &[grpo_learner::grpo::StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
+    let mean = |r: &[StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
     assert!(
         last > first + 0.2,
         "the reward rises one version behind: {first:.3} → {last:.3}"
     );
     // Evaluation goes through the rollout thread, after the weights sent so far.
-    let eval = grpo.evaluate(&prompts()).unwrap();
-    assert_eq!(eval.prompts, 4);
+    let eval = grpo.evaluate().unwrap().unwrap();
+    assert_eq!(eval["eval_prompts"], 4);
 }
 
 /// The fraction of a completion's tokens below 64: it varies within every
@@ -304,8 +313,12 @@ fn data_parallel_and_fsdp_learners_train_as_the_one_device_learner() {
     };
     let run = |parallelism| {
         let mut grpo = tiny_loop(Arc::new(LowTokens), variant(parallelism));
-        let reports: Vec<_> = (0..3).map(|_| grpo.step().unwrap().0).collect();
-        (reports, grpo.host_params().unwrap(), grpo.state_bytes_per_device())
+        let reports: Vec<_> = (0..3).map(|_| step(&mut grpo).0).collect();
+        (
+            reports,
+            grpo.host_params().unwrap(),
+            grpo.learner().state_bytes_per_device(),
+        )
     };
     let (want, want_params, whole) = run(None);
     for parallelism in [

@@ -10,21 +10,23 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use grpo_learner::checkpoint::optimizer_names;
+use grpo_learner::config::sft::SftRunConfig;
+use grpo_learner::config::with_overrides;
 use grpo_learner::data::{Example, Prompt};
-use grpo_learner::placement::{LearnerState, OptimizerState, Placement};
+use grpo_learner::learner::{Learner, Optimization};
+use grpo_learner::objective::sft::SftObjective;
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_learner::sft::{
-    SftConfig, SftExample, SftLoop, SftParts, SftRunConfig, SftStep, SftStepConfig, encode_examples, pack_examples,
-    upload_batch,
+    SftConfig, SftExample, SftParts, SftReport, SftTask, encode_examples, pack_examples, upload_batch,
 };
+use grpo_learner::trainer::Trainer;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::Safetensors;
-use grpo_xla::trace::{AdamW, Parallelism};
+use grpo_xla::trace::{AdamW, Mesh, Parallelism};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
 fn client_of(devices: usize) -> Client {
@@ -41,12 +43,11 @@ fn client() -> Client {
     client_of(1)
 }
 
-/// The parameters of a one-device state.
-fn params_of(state: &LearnerState) -> &[Buffer] {
-    match state {
-        LearnerState::OneDevice(state) => &state.params,
-        LearnerState::Sharded(_) => panic!("a one-device state was expected"),
-    }
+/// The mean completion NLL of `data` under a learner's weights.
+fn learner_nll(runner: &LogprobsRunner, learner: &Learner<SftObjective>, data: &[SftExample]) -> f64 {
+    learner
+        .with_params_on_one_device(|params| Ok(host_nll(runner, params, data)))
+        .unwrap()
 }
 
 fn fixtures() -> std::path::PathBuf {
@@ -74,7 +75,7 @@ fn examples() -> Vec<SftExample> {
 }
 
 /// Mean completion NLL of `examples` under `params`, from the log-prob program.
-fn host_nll(runner: &LogprobsRunner, params: &[Buffer], examples: &[SftExample]) -> f64 {
+fn host_nll<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params: &[B], examples: &[SftExample]) -> f64 {
     let ids: Vec<Vec<u32>> = examples
         .iter()
         .map(|e| [e.prompt.clone(), e.completion.clone()].concat())
@@ -102,65 +103,44 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     let data = examples();
     let want = host_nll(&runner, &params(), &data);
 
-    let optimizer = AdamW {
-        weight_decay: 0.0,
-        ..AdamW::default()
-    };
-    let config = SftStepConfig {
-        dtype: ElementType::F32,
-        optimizer: &optimizer,
+    let optimization = Optimization {
+        optimizer: AdamW {
+            weight_decay: 0.0,
+            ..AdamW::default()
+        },
         max_grad_norm: Some(1.0),
+        compute: ElementType::F32,
+    };
+    let learner = || {
+        let mesh = Mesh::single(device);
+        Learner::new(&client, &decoder, mesh, SftObjective, optimization, params(), None).unwrap()
     };
     let packed = pack_examples(&data, 4, 64).unwrap();
     assert_eq!(packed.tokens, 16);
     assert_eq!(packed.normalizer, 16.0);
-    let one_device = Placement::new(&client, None).unwrap();
-    let zeros = optimizer_names(&decoder, &optimizer);
-    let whole = SftStep::compile(
-        &client,
-        &decoder,
-        &config,
-        &one_device,
-        packed.micro_batches[0].shape,
-        1,
-    )
-    .unwrap();
-    let mut state = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
-    let inputs = upload_batch(&client, &one_device, &packed).unwrap();
-    let metrics = whole.step(&mut state, &inputs, 1e-2).unwrap();
+    let mut whole = learner();
+    let inputs = upload_batch(&client, whole.mesh(), &packed).unwrap();
+    let metrics = whole.train(packed.shape(), &inputs, 1e-2).unwrap();
     let loss = f64::from(metrics.loss);
     assert!((loss - want).abs() < 1e-5 * want, "loss {loss} vs host {want}");
     assert!(
         (f64::from(metrics.metrics[0]) - want * 16.0).abs() < 1e-4 * want * 16.0,
         "NLL sum"
     );
-    let after = host_nll(&runner, params_of(&state), &data);
+    let after = learner_nll(&runner, &whole, &data);
     assert!(after < want, "one step lowers the NLL: {want} → {after}");
 
     // Two micro-batches of two rows: the same loss, norm and update.
     let halves = pack_examples(&data, 2, 64).unwrap();
     assert_eq!(halves.micro_batches.len(), 2);
-    let micro = SftStep::compile(
-        &client,
-        &decoder,
-        &config,
-        &one_device,
-        halves.micro_batches[0].shape,
-        2,
-    )
-    .unwrap();
-    let mut micro_state = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
-    let inputs = upload_batch(&client, &one_device, &halves).unwrap();
-    let micro_metrics = micro.step(&mut micro_state, &inputs, 1e-2).unwrap();
+    let mut micro = learner();
+    let inputs = upload_batch(&client, micro.mesh(), &halves).unwrap();
+    let micro_metrics = micro.train(halves.shape(), &inputs, 1e-2).unwrap();
     assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
-    for (a, b) in params_of(&state).iter().zip(params_of(&micro_state)) {
-        for (x, y) in a.to_host::<f32>().unwrap().iter().zip(b.to_host::<f32>().unwrap()) {
-            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+    for ((name, a), (_, b)) in whole.host_params().unwrap().iter().zip(micro.host_params().unwrap()) {
+        for (x, y) in a.data.iter().zip(&b.data) {
+            assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
         }
     }
 }
@@ -186,41 +166,55 @@ fn tiny_set_config() -> SftConfig {
     }
 }
 
-/// The SFT loop on the fixture model over the tiny set, on `parallelism`
-/// over a client of `devices` devices.
-fn tiny_set_loop(devices: usize, parallelism: Option<Parallelism>) -> SftLoop {
+/// The SFT trainer on the fixture model over the tiny set (held out too,
+/// for the eval loss), on `parallelism` over a client of `devices` devices.
+fn tiny_set_loop(devices: usize, parallelism: Option<Parallelism>) -> Trainer<SftTask> {
     let client = client_of(devices);
     let (decoder, weights) = fixture();
     let device = client.device(0).unwrap();
     let params = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
     let parts = SftParts {
-        placement: Placement::new(&client, parallelism).unwrap(),
+        mesh: Mesh::new(&client, parallelism).unwrap(),
         client,
         decoder,
         data: examples(),
+        eval: examples(),
         data_seed: 3,
         params,
     };
-    SftLoop::new(parts, tiny_set_config()).unwrap()
+    Trainer::sft(parts, tiny_set_config(), None).unwrap()
+}
+
+/// The next step's report.
+fn step(sft: &mut Trainer<SftTask>) -> SftReport {
+    serde_json::from_value(serde_json::Value::Object(sft.step().unwrap().metrics)).unwrap()
+}
+
+/// The eval loss and its token count.
+fn eval(sft: &mut Trainer<SftTask>) -> (f64, u64) {
+    let eval = sft.evaluate().unwrap().unwrap();
+    (
+        eval["eval_loss"].as_f64().unwrap(),
+        eval["eval_tokens"].as_u64().unwrap(),
+    )
 }
 
 #[test]
 fn a_few_dozen_steps_memorise_a_tiny_set() {
-    let data = examples();
     let mut sft = tiny_set_loop(1, None);
-    let before = sft.evaluate(&data).unwrap();
-    let reports: Vec<_> = (0..30).map(|_| sft.step().unwrap()).collect();
-    let after = sft.evaluate(&data).unwrap();
+    let (before, tokens) = eval(&mut sft);
+    let reports: Vec<_> = (0..30).map(|_| step(&mut sft)).collect();
+    let (after, _) = eval(&mut sft);
     eprintln!(
-        "eval loss {:.3} → {:.3}; train loss {:.3} → {:.3}",
-        before.loss, after.loss, reports[0].loss, reports[29].loss
+        "eval loss {before:.3} → {after:.3}; train loss {:.3} → {:.3}",
+        reports[0].loss, reports[29].loss
     );
-    assert_eq!(before.tokens, 16);
+    assert_eq!(tokens, 16);
     assert!(
-        (f64::from(reports[0].loss) - before.loss).abs() < 1e-4 * before.loss,
+        (f64::from(reports[0].loss) - before).abs() < 1e-4 * before,
         "the first step's loss is the eval loss of its (whole) batch"
     );
-    assert!(after.loss < 0.5 * before.loss, "{} → {}", before.loss, after.loss);
+    assert!(after < 0.5 * before, "{before} → {after}");
     assert!(
         reports
             .iter()
@@ -228,7 +222,7 @@ fn a_few_dozen_steps_memorise_a_tiny_set() {
     );
     assert_eq!(reports[29].step, 30);
     assert_eq!(sft.steps_done(), 30);
-    assert_eq!(sft.compiled_steps(), 1);
+    assert_eq!(sft.learner().compiled_steps(), 1);
 }
 
 #[test]
@@ -236,9 +230,10 @@ fn data_parallel_and_fsdp_sft_loops_match_the_one_device_loop() {
     let steps = 5;
     let run = |devices, parallelism| {
         let mut sft = tiny_set_loop(devices, parallelism);
-        let reports: Vec<_> = (0..steps).map(|_| sft.step().unwrap()).collect();
-        let eval = sft.evaluate(&examples()).unwrap();
-        (reports, eval, sft.host_params().unwrap(), sft.state_bytes_per_device())
+        let reports: Vec<_> = (0..steps).map(|_| step(&mut sft)).collect();
+        let (eval, _) = eval(&mut sft);
+        let bytes = sft.learner().state_bytes_per_device();
+        (reports, eval, sft.host_params().unwrap(), bytes)
     };
     let (want, want_eval, want_params, whole) = run(1, None);
     for parallelism in [
@@ -253,7 +248,7 @@ fn data_parallel_and_fsdp_sft_loops_match_the_one_device_loop() {
             );
             assert!((got.grad_norm - want.grad_norm).abs() <= 1e-4 * want.grad_norm);
         }
-        assert!((eval.loss - want_eval.loss).abs() <= 1e-5 * want_eval.loss);
+        assert!((eval - want_eval).abs() <= 1e-5 * want_eval);
         let worst = common::worst_relative_error(&params, &want_params);
         println!(
             "{parallelism:?}: worst parameter relative error after {steps} steps {worst:?}; bytes per device {per_device:?} (one device: {whole:?})"
@@ -299,6 +294,6 @@ fn the_config_has_defaults_and_refuses_unknown_keys() {
     assert_eq!(config.logging.out, Path::new("runs/sft"));
     let error = SftRunConfig::from_toml_str(&format!("{text}[trainer]\nbatch_sise = 4\n")).unwrap_err();
     assert!(error.to_string().contains("trainer.batch_sise"), "{error}");
-    let text = SftRunConfig::with_overrides(text, &["trainer.max_steps=7".to_string()]).unwrap();
+    let text = with_overrides(text, &["trainer.max_steps=7".to_string()]).unwrap();
     assert_eq!(SftRunConfig::from_toml_str(&text).unwrap().trainer.max_steps, 7);
 }

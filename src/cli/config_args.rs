@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use grpo_learner::config::RunConfig;
+use grpo_learner::config::with_overrides;
 
 /// A TOML config and its overrides.
 #[derive(Debug, clap::Args)]
@@ -32,7 +32,7 @@ impl ConfigArgs {
         if let Some(steps) = self.max_steps {
             overrides.push(format!("trainer.max_steps={steps}"));
         }
-        let text = RunConfig::with_overrides(&text, &overrides)?;
+        let text = with_overrides(&text, &overrides)?;
         Ok((text, self.config.parent().unwrap_or(Path::new("."))))
     }
 }

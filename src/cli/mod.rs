@@ -8,6 +8,7 @@ mod generate;
 mod init_model;
 mod logprobs;
 mod platform;
+mod progress;
 mod reward;
 mod run;
 mod serve;

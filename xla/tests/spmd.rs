@@ -7,10 +7,7 @@
 mod common;
 
 use common::{cpu_client, matmul_f64, random_f64};
-use grpo_xla::trace::{
-    AccumulatingTrainStep, AdamW, Graph, Parallelism, ShardedAccumulatingTrainStep, ShardedTrainStep, Tensor,
-    TrainStep, TrainStepSpec,
-};
+use grpo_xla::trace::{AdamW, Graph, Mesh, Parallelism, Tensor, TrainState, TrainStep, TrainStepSpec};
 use grpo_xla::{Arg, Buffer, Client, CompileOptions, ElementType, Error, ShardedBuffer, Sharding, TensorType};
 
 const DEVICES: usize = 4;
@@ -165,69 +162,89 @@ const LR: f32 = 2e-2;
 /// Small enough that every step clips.
 const MAX_GRAD_NORM: f64 = 0.5;
 
-/// Host arrays of types `types` uploaded whole by `upload`.
-fn on_device(arrays: &[Vec<f32>], types: &[TensorType], upload: impl Fn(&[f32], &TensorType) -> Buffer) -> Vec<Buffer> {
-    arrays.iter().zip(types).map(|(a, t)| upload(a, t)).collect()
-}
-
-fn single_device_run(client: &Client, spec: &TrainStepSpec<'_>, data: &MlpData) -> Run {
-    let device = client.device(0).unwrap();
-    let step = TrainStep::compile(client, spec, mlp_loss).unwrap();
-    let upload = |data: &[f32], ty: &TensorType| client.buffer_from_host(data, &ty.dims, device).unwrap();
-    let mut state = step.init_state(on_device(&data.params, &spec.params, upload)).unwrap();
-    let mut metrics = Vec::new();
-    for batch in &data.batches {
-        let data = on_device(batch, &spec.batch, upload);
-        let m = step.step(&mut state, &data.iter().collect::<Vec<_>>(), LR).unwrap();
-        metrics.push((m.loss, m.grad_norm));
-    }
-    (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
-}
-
-/// Host arrays of types `types` uploaded by `upload` as `shardings` say.
+/// Host arrays of types `types` laid out on `mesh` as `shardings` say.
 fn laid_out(
+    client: &Client,
+    mesh: &Mesh,
     arrays: &[Vec<f32>],
     types: &[TensorType],
     shardings: &[Sharding],
-    upload: impl Fn(&[f32], &TensorType, &Sharding) -> ShardedBuffer,
 ) -> Vec<ShardedBuffer> {
     arrays
         .iter()
         .zip(types)
         .zip(shardings)
-        .map(|((a, t), s)| upload(a, t, s))
+        .map(|((a, t), s)| mesh.from_host(client, a, &t.dims, s).unwrap())
         .collect()
 }
 
-fn sharded_run(
+/// Optimizer steps of `spec` on `mesh` from the data's parameters, each
+/// step over its micro-batches of `steps`: the trained parameters, each
+/// step's metrics, and each device's bytes of parameters and state.
+fn run_on(
     client: &Client,
     spec: &TrainStepSpec<'_>,
-    parallelism: Parallelism,
+    mesh: &Mesh,
     data: &MlpData,
+    steps: &[&[[Vec<f32>; 2]]],
 ) -> (Run, Vec<usize>) {
-    let step = ShardedTrainStep::compile(client, spec, parallelism, mlp_loss).unwrap();
-    let upload = |data: &[f32], ty: &TensorType, sharding: &Sharding| {
-        client
-            .sharded_from_host(data, &ty.dims, sharding, step.devices())
-            .unwrap()
-    };
+    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let step = TrainStep::compile(client, spec, mesh, loss).unwrap();
     let mut state = step
-        .init_state(laid_out(&data.params, &spec.params, step.param_shardings(), upload))
+        .init_state(laid_out(
+            client,
+            mesh,
+            &data.params,
+            &spec.params,
+            step.param_shardings(),
+        ))
         .unwrap();
     let compiles = client.compile_stats().compiles;
     let mut metrics = Vec::new();
-    for batch in &data.batches {
-        let before = state.params[0].shards()[DEVICES - 1].device_address().unwrap();
-        let inputs = laid_out(batch, &spec.batch, step.batch_shardings(), upload);
-        let m = step.step(&mut state, &inputs.iter().collect::<Vec<_>>(), LR).unwrap();
+    for micro_batches in steps {
+        let address = |state: &TrainState| state.params[0].shards().last().unwrap().device_address().unwrap();
+        let before = address(&state);
+        let uploaded: Vec<Vec<ShardedBuffer>> = micro_batches
+            .iter()
+            .map(|batch| laid_out(client, mesh, batch, &spec.batch, step.batch_shardings()))
+            .collect();
+        let refs: Vec<Vec<&ShardedBuffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
+        let m = step.step(&mut state, &refs, LR).unwrap();
         metrics.push((m.loss, m.grad_norm));
-        let after = state.params[0].shards()[DEVICES - 1].device_address().unwrap();
-        assert_eq!(before, after, "{parallelism:?}: the update happens in place (donated)");
+        assert_eq!(
+            before,
+            address(&state),
+            "{mesh:?}: the update happens in place (donated)"
+        );
     }
-    assert_eq!(client.compile_stats().compiles, compiles, "one program for every step");
-    assert_eq!(step.devices().len(), DEVICES);
+    assert_eq!(
+        client.compile_stats().compiles,
+        compiles,
+        "one set of programs for every step"
+    );
+    assert_eq!(step.mesh().devices(), mesh.devices());
     let params = state.params.iter().map(|p| p.to_host().unwrap()).collect();
     ((params, metrics), state.device_bytes())
+}
+
+/// Five steps of one batch each.
+fn whole_steps(data: &MlpData) -> Vec<&[[Vec<f32>; 2]]> {
+    data.batches.iter().map(std::slice::from_ref).collect()
+}
+
+/// Two steps over micro-batches 0–1 and 2–3 (gradients accumulated).
+fn accumulated_steps(data: &MlpData) -> Vec<&[[Vec<f32>; 2]]> {
+    data.batches[..4].chunks(2).collect()
+}
+
+/// A mesh of the client's first device.
+fn one_device(client: &Client) -> Mesh {
+    Mesh::single(client.device(0).unwrap())
+}
+
+/// A mesh of all [`DEVICES`] laid out by `parallelism`.
+fn all_devices(client: &Client, parallelism: Parallelism) -> Mesh {
+    Mesh::new(client, Some(parallelism)).unwrap()
 }
 
 /// ‖a − b‖ / ‖b‖.
@@ -248,6 +265,7 @@ fn mlp_spec(optimizer: &AdamW) -> TrainStepSpec<'_> {
         batch: batch_types(),
         optimizer,
         max_grad_norm: Some(MAX_GRAD_NORM),
+        accumulate: false,
     }
 }
 
@@ -257,7 +275,7 @@ fn data_parallel_and_fsdp_steps_equal_the_single_device_step() {
     let optimizer = AdamW::default();
     let spec = mlp_spec(&optimizer);
     let data = mlp_data();
-    let (want, want_metrics) = single_device_run(&client, &spec, &data);
+    let ((want, want_metrics), _) = run_on(&client, &spec, &one_device(&client), &data, &whole_steps(&data));
     assert!(
         want_metrics.iter().all(|&(_, norm)| f64::from(norm) > MAX_GRAD_NORM),
         "every step clips: {want_metrics:?}"
@@ -267,7 +285,8 @@ fn data_parallel_and_fsdp_steps_equal_the_single_device_step() {
         Parallelism::DataParallel { devices: DEVICES },
         Parallelism::Fsdp { devices: DEVICES },
     ] {
-        let ((got, metrics), _) = sharded_run(&client, &spec, parallelism, &data);
+        let mesh = all_devices(&client, parallelism);
+        let ((got, metrics), _) = run_on(&client, &spec, &mesh, &data, &whole_steps(&data));
         let errors: Vec<f64> = got.iter().zip(&want).map(|(g, w)| relative_error(g, w)).collect();
         let shown: Vec<String> = errors.iter().map(|e| format!("{e:.2e}")).collect();
         println!("{parallelism:?}: parameter relative errors after 5 steps {shown:?}");
@@ -285,61 +304,23 @@ fn data_parallel_and_fsdp_steps_equal_the_single_device_step() {
     }
 }
 
-/// Two optimizer steps over micro-batches 0–1 and 2–3 (gradients
-/// accumulated) on one device: the parameters and each step's metrics.
-fn single_device_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, data: &MlpData) -> Run {
-    let device = client.device(0).unwrap();
-    let step = AccumulatingTrainStep::compile(client, spec, mlp_loss).unwrap();
-    let upload = |data: &[f32], ty: &TensorType| client.buffer_from_host(data, &ty.dims, device).unwrap();
-    let mut state = step.init_state(on_device(&data.params, &spec.params, upload)).unwrap();
-    let mut metrics = Vec::new();
-    for pair in data.batches[..4].chunks(2) {
-        let uploaded: Vec<Vec<Buffer>> = pair.iter().map(|batch| on_device(batch, &spec.batch, upload)).collect();
-        let refs: Vec<Vec<&Buffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
-        let m = step.step(&mut state, &refs, LR).unwrap();
-        metrics.push((m.loss, m.grad_norm));
-    }
-    (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
-}
-
-/// As [`single_device_accumulated_run`], partitioned by `parallelism`.
-fn sharded_accumulated_run(client: &Client, spec: &TrainStepSpec<'_>, parallelism: Parallelism, data: &MlpData) -> Run {
-    let with_metrics = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
-    let step = ShardedAccumulatingTrainStep::compile_with_metrics(client, spec, parallelism, with_metrics).unwrap();
-    let upload = |data: &[f32], ty: &TensorType, sharding: &Sharding| {
-        client
-            .sharded_from_host(data, &ty.dims, sharding, step.devices())
-            .unwrap()
-    };
-    let mut state = step
-        .init_state(laid_out(&data.params, &spec.params, step.param_shardings(), upload))
-        .unwrap();
-    let mut metrics = Vec::new();
-    for pair in data.batches[..4].chunks(2) {
-        let uploaded: Vec<Vec<ShardedBuffer>> = pair
-            .iter()
-            .map(|batch| laid_out(batch, &spec.batch, step.batch_shardings(), upload))
-            .collect();
-        let refs: Vec<Vec<&ShardedBuffer>> = uploaded.iter().map(|b| b.iter().collect()).collect();
-        let m = step.step(&mut state, &refs, LR).unwrap();
-        metrics.push((m.loss, m.grad_norm));
-    }
-    (state.params.iter().map(|p| p.to_host().unwrap()).collect(), metrics)
-}
-
 #[test]
 fn accumulated_sharded_steps_equal_the_accumulated_single_device_step() {
     let client = cpu_client(DEVICES);
     let optimizer = AdamW::default();
-    let spec = mlp_spec(&optimizer);
+    let spec = TrainStepSpec {
+        accumulate: true,
+        ..mlp_spec(&optimizer)
+    };
     let data = mlp_data();
-    let (want, want_metrics) = single_device_accumulated_run(&client, &spec, &data);
+    let steps = accumulated_steps(&data);
+    let ((want, want_metrics), _) = run_on(&client, &spec, &one_device(&client), &data, &steps);
     assert!(relative_error(&want[0], &data.params[0]) > 1e-3, "the parameters moved");
     for parallelism in [
         Parallelism::DataParallel { devices: DEVICES },
         Parallelism::Fsdp { devices: DEVICES },
     ] {
-        let (got, metrics) = sharded_accumulated_run(&client, &spec, parallelism, &data);
+        let ((got, metrics), _) = run_on(&client, &spec, &all_devices(&client, parallelism), &data, &steps);
         let errors: Vec<f64> = got.iter().zip(&want).map(|(g, w)| relative_error(g, w)).collect();
         println!("{parallelism:?}, 2 micro-batches per step: parameter relative errors {errors:?}");
         assert!(errors.iter().all(|&e| e <= 1e-5), "{parallelism:?}: {errors:?}");
@@ -364,8 +345,20 @@ fn fsdp_keeps_a_quarter_of_parameters_and_optimizer_state_per_device() {
     // Parameters, m and v (3 copies of each parameter) plus the f32 step counter.
     let whole: usize = 3 * param_types().iter().map(TensorType::byte_size).sum::<usize>() + 4;
     let data = mlp_data();
-    let (_, fsdp) = sharded_run(&client, &spec, Parallelism::Fsdp { devices: DEVICES }, &data);
-    let (_, data_parallel) = sharded_run(&client, &spec, Parallelism::DataParallel { devices: DEVICES }, &data);
+    let run = |parallelism| {
+        run_on(
+            &client,
+            &spec,
+            &all_devices(&client, parallelism),
+            &data,
+            &whole_steps(&data),
+        )
+        .1
+    };
+    let (fsdp, data_parallel) = (
+        run(Parallelism::Fsdp { devices: DEVICES }),
+        run(Parallelism::DataParallel { devices: DEVICES }),
+    );
     println!(
         "parameters + AdamW state: whole {whole} B; per device: FSDP {fsdp:?} B, data parallel {data_parallel:?} B"
     );
@@ -431,8 +424,11 @@ fn layouts_that_do_not_fit_are_errors_before_xla() {
         ],
         optimizer: &optimizer,
         max_grad_norm: None,
+        accumulate: false,
     };
-    let batch = ShardedTrainStep::compile(&client, &spec, Parallelism::Fsdp { devices: DEVICES }, mlp_loss)
+    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let fsdp = all_devices(&client, Parallelism::Fsdp { devices: DEVICES });
+    let batch = TrainStep::compile(&client, &spec, &fsdp, loss)
         .err()
         .expect("an uneven batch is refused")
         .to_string();
@@ -440,14 +436,10 @@ fn layouts_that_do_not_fit_are_errors_before_xla() {
         batch.contains("batch input 0") && batch.contains("dimension 0 (6)"),
         "{batch}"
     );
-    let too_many = ShardedTrainStep::compile(&client, &spec, Parallelism::DataParallel { devices: 6 }, mlp_loss)
-        .err()
-        .expect("more devices than the client has")
+    let too_many = Mesh::new(&client, Some(Parallelism::DataParallel { devices: 6 }))
+        .unwrap_err()
         .to_string();
-    assert!(
-        too_many.contains("sharded over 6 devices, the client has 4"),
-        "{too_many}"
-    );
+    assert!(too_many.contains("spans 6 devices, the client has 4"), "{too_many}");
 
     // A sharded function compiled for one device.
     let (m, k, n) = (8, 4, 2);

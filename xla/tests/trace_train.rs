@@ -5,10 +5,8 @@ mod common;
 
 use common::check::run_f64;
 use common::{cpu_client, random_f64};
-use grpo_xla::trace::{
-    AccumulatingTrainStep, AdamW, Graph, Optimizer, Sgd, Tensor, TrainStep, TrainStepSpec, clip_by_global_norm,
-};
-use grpo_xla::{Arg, Buffer, Client, ElementType, TensorType};
+use grpo_xla::trace::{AdamW, Graph, Mesh, Optimizer, Sgd, Tensor, TrainStep, TrainStepSpec, clip_by_global_norm};
+use grpo_xla::{Arg, Buffer, Client, ElementType, ShardedBuffer, TensorType};
 
 /// Host AdamW in f64, the formula of `torch.optim.AdamW`.
 struct HostAdamW {
@@ -243,6 +241,11 @@ fn mlp_setup(client: &Client, batch: i64) -> (Vec<Buffer>, Vec<TensorType>, Vec<
     (params, types, data)
 }
 
+/// One-device buffers as the whole arrays a train step takes.
+fn whole(buffers: Vec<Buffer>) -> Vec<ShardedBuffer> {
+    buffers.into_iter().map(ShardedBuffer::from).collect()
+}
+
 #[test]
 fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
     let client = cpu_client(1);
@@ -253,10 +256,14 @@ fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
         batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
+        accumulate: false,
     };
-    let step = TrainStep::compile(&client, &spec, mlp_loss).unwrap();
-    let mut state = step.init_state(params).unwrap();
-    let batch: Vec<&Buffer> = data.iter().collect();
+    let mesh = Mesh::single(client.device(0).unwrap());
+    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let step = TrainStep::compile(&client, &spec, &mesh, loss).unwrap();
+    let mut state = step.init_state(whole(params)).unwrap();
+    let data = whole(data);
+    let batch = [data.iter().collect::<Vec<_>>()];
     let first = step.step(&mut state, &batch, 1e-2).unwrap();
     let live_after_first = client.live_buffers();
     let mut last = first.clone();
@@ -271,6 +278,12 @@ fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
         live_after_first,
         "donation keeps device memory flat"
     );
+    let two = [batch[0].clone(), batch[0].clone()];
+    let refused = step.step(&mut state, &two, 1e-2).unwrap_err().to_string();
+    assert!(
+        refused.contains("given 2 micro-batches") && refused.contains("accumulate"),
+        "{refused}"
+    );
 }
 
 #[test]
@@ -279,36 +292,39 @@ fn accumulated_micro_batches_equal_one_full_batch() {
     let device = client.device(0).unwrap();
     let (params, types, data) = mlp_setup(&client, 8);
     let host: Vec<Vec<f32>> = params.iter().map(|p| p.to_host::<f32>().unwrap()).collect();
-    let copy = |values: &[Vec<f32>]| -> Vec<Buffer> {
+    let copy = |values: &[Vec<f32>]| -> Vec<ShardedBuffer> {
         values
             .iter()
             .zip(&types)
-            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap())
+            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap().into())
             .collect()
     };
+    let mesh = Mesh::single(device);
     let optimizer = AdamW::default();
     let full_spec = TrainStepSpec {
         params: types.clone(),
         batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
+        accumulate: false,
     };
-    let full = TrainStep::compile_with_metrics(&client, &full_spec, mlp_loss_and_sse).unwrap();
+    let full = TrainStep::compile(&client, &full_spec, &mesh, mlp_loss_and_sse).unwrap();
     let mut full_state = full.init_state(copy(&host)).unwrap();
-    let full_metrics = full
-        .step(&mut full_state, &data.iter().collect::<Vec<_>>(), 1e-2)
-        .unwrap();
-
     let (x, y) = (data[0].to_host::<f32>().unwrap(), data[1].to_host::<f32>().unwrap());
-    let halves: Vec<[Buffer; 2]> = (0..2)
+    let data = whole(data);
+    let full_metrics = full.step(&mut full_state, &[data.iter().collect()], 1e-2).unwrap();
+
+    let halves: Vec<[ShardedBuffer; 2]> = (0..2)
         .map(|h| {
             [
                 client
                     .buffer_from_host(&x[h * 16..(h + 1) * 16], &[4, 4], device)
-                    .unwrap(),
+                    .unwrap()
+                    .into(),
                 client
                     .buffer_from_host(&y[h * 4..(h + 1) * 4], &[4, 1], device)
-                    .unwrap(),
+                    .unwrap()
+                    .into(),
             ]
         })
         .collect();
@@ -317,10 +333,11 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         batch: halves[0].iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
+        accumulate: true,
     };
-    let accumulating = AccumulatingTrainStep::compile_with_metrics(&client, &micro_spec, mlp_loss_and_sse).unwrap();
+    let accumulating = TrainStep::compile(&client, &micro_spec, &mesh, mlp_loss_and_sse).unwrap();
     let mut micro_state = accumulating.init_state(copy(&host)).unwrap();
-    let micro_batches: Vec<Vec<&Buffer>> = halves.iter().map(|h| h.iter().collect()).collect();
+    let micro_batches: Vec<Vec<&ShardedBuffer>> = halves.iter().map(|h| h.iter().collect()).collect();
     let micro_metrics = accumulating.step(&mut micro_state, &micro_batches, 1e-2).unwrap();
 
     assert!((full_metrics.loss - micro_metrics.loss).abs() < 1e-5 * full_metrics.loss.abs().max(1.0));

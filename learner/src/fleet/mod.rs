@@ -14,6 +14,7 @@
 //! Both report the bytes moved, so the loop logs the weight-sync rate.
 
 mod member;
+mod plan;
 mod pool;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use grpo_xla::Buffer;
 
 use crate::error::Result;
 
+pub use plan::{EngineParts, FleetPlan};
 pub use pool::{FleetConfig, WorkerFleet};
 
 /// A policy's named tensors (Hugging Face names), shared rather than copied
@@ -50,7 +52,7 @@ impl SyncReport {
 }
 
 /// How a fleet stands, for the step's metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct FleetHealth {
     /// Engines and workers it knows of.
     #[serde(rename = "fleet_members")]

@@ -47,8 +47,8 @@ use tokio::task::AbortHandle;
 
 use super::member::{self, Backend, Failure, Member, Payload, State};
 use super::{Fleet, FleetHealth, SyncReport, Weights, f32_bytes};
-use crate::checkpoint::host_tensors;
 use crate::error::{Error, Result};
+use crate::learner::host_tensors;
 
 /// How a [`WorkerFleet`] watches its members.
 #[derive(Debug, Clone, Copy)]

@@ -8,8 +8,8 @@
 //! RMSNorm, SwiGLU MLP (hidden 1408), residual.
 
 use anyhow::bail;
-use grpo_xla::trace::{AdamW, Tensor, TrainStep, TrainStepSpec};
-use grpo_xla::{Buffer, Client, ElementType, Result, TensorType};
+use grpo_xla::trace::{AdamW, Mesh, Tensor, TrainStep, TrainStepSpec};
+use grpo_xla::{Buffer, Client, ElementType, Result, ShardedBuffer, TensorType};
 use rand::Rng;
 
 use super::timing::TimingArgs;
@@ -126,8 +126,11 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
         batch: model.batch.iter().map(f32_type).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
+        accumulate: false,
     };
-    let step = TrainStep::compile(&client, &spec, model.loss)?;
+    let mesh = Mesh::single(client.device(0)?);
+    let loss = |params: &[Tensor], batch: &[Tensor]| Ok(((model.loss)(params, batch)?, Vec::new()));
+    let step = TrainStep::compile(&client, &spec, &mesh, loss)?;
     let params = model
         .params
         .iter()
@@ -135,14 +138,15 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
             1 => client.buffer_from_host(&vec![model.vector_init; d[0] as usize], d, client.device(0)?),
             _ => normal_buffer(&client, d, 0.02),
         })
+        .map(|buffer| buffer.map(ShardedBuffer::from))
         .collect::<Result<_>>()?;
     let mut state = step.init_state(params)?;
-    let batch: Vec<Buffer> = model
+    let batch: Vec<ShardedBuffer> = model
         .batch
         .iter()
-        .map(|d| normal_buffer(&client, d, 1.0))
+        .map(|d| Ok(normal_buffer(&client, d, 1.0)?.into()))
         .collect::<Result<_>>()?;
-    let batch_refs: Vec<&Buffer> = batch.iter().collect();
+    let batch_refs = [batch.iter().collect()];
     let timings = args.timing.measure(|| {
         step.step(&mut state, &batch_refs, 1e-3)?;
         Ok(())

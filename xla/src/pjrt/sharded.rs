@@ -101,3 +101,15 @@ impl ShardedBuffer {
         self.sharding.gather_host(&self.ty.dims, &shards)
     }
 }
+
+impl From<Buffer> for ShardedBuffer {
+    /// A whole array on one device (one replicated shard): what a program
+    /// that is not partitioned takes through [`Executable::execute_sharded`].
+    fn from(buffer: Buffer) -> ShardedBuffer {
+        ShardedBuffer {
+            ty: buffer.tensor_type().clone(),
+            sharding: Sharding::replicated(),
+            shards: vec![buffer],
+        }
+    }
+}

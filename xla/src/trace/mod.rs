@@ -2,7 +2,7 @@
 //! [`Tensor`]s of a [`Graph`], differentiate it with [`grad`], build a
 //! [`Function`], emit StableHLO and compile it through a client's cache —
 //! on one device, or partitioned over several by XLA's SPMD partitioner
-//! ([`Function::sharded`], [`ShardedTrainStep`]).
+//! ([`Function::sharded`], a [`TrainStep`] on a [`Mesh`] of several devices).
 //!
 //! ```
 //! use grpo_xla::trace::{Graph, grad};
@@ -22,21 +22,21 @@ mod emit;
 mod function;
 mod graph;
 mod head;
+mod mesh;
 mod nn;
 mod op;
 mod ops;
 mod optim;
 mod optimize;
-mod sharded_train;
 mod train;
 
 pub use autodiff::{grad, value_and_grad};
 pub use function::Function;
 pub use graph::{Graph, Tensor};
 pub use head::linear_log_probs;
+pub use mesh::{Mesh, Parallelism};
 pub use ops::control::{fori_loop, rng_bit_generator, uniform, while_loop};
 pub use ops::custom::{VjpFn, custom_vjp};
 pub use ops::gather::{GatherDims, ScatterDims};
 pub use optim::{AdamW, AdamWState, Optimizer, Sgd, clip_by_global_norm, global_norm};
-pub use sharded_train::{Parallelism, ShardedAccumulatingTrainStep, ShardedTrainState, ShardedTrainStep};
-pub use train::{AccumulatingTrainStep, StepMetrics, TrainState, TrainStep, TrainStepSpec};
+pub use train::{StepMetrics, TrainState, TrainStep, TrainStepSpec};

@@ -1,45 +1,71 @@
 //! The train-step compiler: a loss function over (params, batch) becomes
 //! ONE executable `(params, opt_state, batch, lr) → (params', opt_state',
-//! loss, grad_norm)` — forward, backward, clipping and the optimizer —
-//! with parameters and optimizer state donated, so updates happen in place.
+//! loss, grad_norm, metrics…)` — forward, backward, clipping and the
+//! optimizer — with parameters and optimizer state donated, so updates
+//! happen in place.
 //!
-//! Gradient accumulation uses three programs instead: gradients of the first
-//! micro-batch, gradients added for each further micro-batch (accumulator
-//! donated), and the clipped optimizer update of the mean gradient.
+//! Accumulation is a property of the step ([`TrainStepSpec::accumulate`]):
+//! such a step takes several micro-batches through three programs instead —
+//! gradients of the first, gradients added for each further one
+//! (accumulator donated), and the clipped optimizer update of their mean.
 //!
-//! A loss function may also return metrics (scalars computed with the
-//! loss, such as clip fractions); each step reports them, summed over
-//! micro-batches.
+//! Every step runs on a [`Mesh`]: on one device its programs are compiled
+//! as traced; over several they carry the mesh's sharding annotations and
+//! XLA partitions them (see [`super::mesh`]). Arrays are
+//! [`ShardedBuffer`]s either way (one whole shard on one device).
 //!
-//! The same step program runs over several devices as
-//! [`ShardedTrainStep`](super::ShardedTrainStep).
+//! A loss function returns its scalar loss and scalar metrics (such as
+//! clip fractions); each step reports them, summed over micro-batches.
 
 use super::function::Function;
 use super::graph::{Graph, Tensor};
+use super::mesh::Mesh;
 use super::optim::{Optimizer, clip_by_global_norm, global_norm};
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
-use crate::pjrt::{Arg, Buffer, Client, Device, Executable};
+use crate::pjrt::{Arg, Buffer, Client, Executable, ShardedBuffer};
+use crate::sharding::Sharding;
 
-/// The shapes and optimizer of a training step.
+/// The shapes, optimizer and accumulation of a training step.
 pub struct TrainStepSpec<'a> {
     /// Parameter types, in the order the loss function receives them.
     pub params: Vec<TensorType>,
-    /// Batch tensor types, in the order the loss function receives them.
+    /// Batch tensor types (of one micro-batch when accumulating), in the
+    /// order the loss function receives them.
     pub batch: Vec<TensorType>,
     /// The optimizer traced into the step.
     pub optimizer: &'a dyn Optimizer,
     /// Global gradient-norm clipping threshold; `None` disables clipping.
     pub max_grad_norm: Option<f64>,
+    /// Whether a step takes several micro-batches whose gradients are
+    /// averaged before one update (three programs) instead of one batch
+    /// (one program).
+    pub accumulate: bool,
 }
 
-/// Device buffers a training run owns: parameters and optimizer state.
+/// Device arrays a training run owns: parameters and optimizer state,
+/// each laid out on the step's mesh.
 #[derive(Debug)]
 pub struct TrainState {
     /// Parameters, in the spec's order.
-    pub params: Vec<Buffer>,
+    pub params: Vec<ShardedBuffer>,
     /// Optimizer state, in [`Optimizer::state_spec`] order.
-    pub optimizer: Vec<Buffer>,
+    pub optimizer: Vec<ShardedBuffer>,
+}
+
+impl TrainState {
+    /// Device bytes of parameters and optimizer state held by each device.
+    pub fn device_bytes(&self) -> Vec<usize> {
+        let devices = self.params.first().map_or(0, |p| p.shards().len());
+        let arrays = || self.params.iter().chain(&self.optimizer);
+        (0..devices)
+            .map(|d| {
+                arrays()
+                    .map(|a| a.shards().get(d).map_or(0, Buffer::device_bytes))
+                    .sum()
+            })
+            .collect()
+    }
 }
 
 /// What one step reports.
@@ -51,14 +77,6 @@ pub struct StepMetrics {
     pub grad_norm: f32,
     /// The loss function's metrics, in its order (summed over micro-batches).
     pub metrics: Vec<f32>,
-}
-
-/// A compiled training step.
-pub struct TrainStep {
-    client: Client,
-    executable: Executable,
-    state_spec: Vec<(String, TensorType)>,
-    metrics: usize,
 }
 
 /// A loss function over (params, batch) returning a scalar loss and scalar metrics.
@@ -73,15 +91,8 @@ struct Traced {
     grads: Vec<Tensor>,
 }
 
-/// A plain loss function as one without metrics.
-pub(super) fn without_metrics(
-    loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
-) -> impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)> {
-    move |params, batch| Ok((loss_fn(params, batch)?, Vec::new()))
-}
-
-/// Traces `loss_fn` over fresh parameters (after `leading` other inputs are
-/// added by `before`) and differentiates it.
+/// Traces `loss_fn` over fresh parameters (then the inputs `before_batch`
+/// adds, then the batch) and differentiates it.
 fn trace_loss(
     name: &str,
     spec: &TrainStepSpec<'_>,
@@ -89,17 +100,9 @@ fn trace_loss(
     before_batch: impl FnOnce(&Graph) -> Result<()>,
 ) -> Result<Traced> {
     let graph = Graph::new(name);
-    let params = spec
-        .params
-        .iter()
-        .map(|t| graph.parameter(t.dtype, &t.dims))
-        .collect::<Result<Vec<_>>>()?;
+    let params = parameters(&graph, &spec.params)?;
     before_batch(&graph)?;
-    let batch = spec
-        .batch
-        .iter()
-        .map(|t| graph.parameter(t.dtype, &t.dims))
-        .collect::<Result<Vec<_>>>()?;
+    let batch = parameters(&graph, &spec.batch)?;
     let (loss, metrics) = loss_fn(&params, &batch)?;
     if let Some(bad) = metrics.iter().find(|m| m.rank() != 0) {
         return Err(Error::Trace {
@@ -140,25 +143,249 @@ fn trace_update(
     Ok((outputs, norm.convert(ElementType::F32)?))
 }
 
-fn state_parameters(graph: &Graph, spec: &[(String, TensorType)]) -> Result<Vec<Tensor>> {
-    spec.iter().map(|(_, t)| graph.parameter(t.dtype, &t.dims)).collect()
+/// A graph parameter of each type.
+fn parameters(graph: &Graph, types: &[TensorType]) -> Result<Vec<Tensor>> {
+    types.iter().map(|t| graph.parameter(t.dtype, &t.dims)).collect()
 }
 
-/// The whole step as one function `(params, opt_state, batch, lr) →
-/// (params', opt_state', loss, grad_norm, metrics…)`, parameters and
-/// optimizer state donated to their updates.
-pub(super) struct StepProgram {
-    pub function: Function,
-    pub state_spec: Vec<(String, TensorType)>,
-    pub metrics: usize,
+/// The layout of a step's tensors on its mesh.
+struct Layout {
+    mesh: Mesh,
+    params: Vec<Sharding>,
+    state: Vec<Sharding>,
+    batch: Vec<Sharding>,
 }
 
-/// Traces the whole step of `loss_fn`.
-pub(super) fn trace_step(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Result<StepProgram> {
-    let state_spec = spec.optimizer.state_spec(&spec.params);
+impl Layout {
+    /// The layout of `spec`'s tensors and the optimizer state `state_spec`
+    /// on `mesh`, checked to fit its devices.
+    fn new(spec: &TrainStepSpec<'_>, state_spec: &[(String, TensorType)], mesh: &Mesh) -> Result<Layout> {
+        let batch: Vec<Sharding> = spec.batch.iter().map(|t| mesh.batch_sharding(t)).collect();
+        for (i, (sharding, ty)) in batch.iter().zip(&spec.batch).enumerate() {
+            sharding.shard_type_of(&format!("batch input {i}"), ty, mesh.size())?;
+        }
+        Ok(Layout {
+            mesh: mesh.clone(),
+            params: spec.params.iter().map(|t| mesh.state_sharding(t)).collect(),
+            state: state_spec.iter().map(|(_, t)| mesh.state_sharding(t)).collect(),
+            batch,
+        })
+    }
+
+    /// `function` laid out for the partitioner (as it is on one device).
+    fn partition(&self, function: Function, inputs: &[&[Sharding]], outputs: &[&[Sharding]]) -> Result<Function> {
+        let join = |parts: &[&[Sharding]]| parts.iter().flat_map(|p| p.iter().cloned()).collect();
+        self.mesh.partition(function, join(inputs), join(outputs))
+    }
+}
+
+/// `count` replicated scalars.
+fn scalars(count: usize) -> Vec<Sharding> {
+    vec![Sharding::replicated(); count]
+}
+
+/// The compiled programs of a step.
+enum Programs {
+    /// `(params, state, batch, lr) → (params', state', loss, grad_norm, metrics…)`.
+    Whole(Executable),
+    /// `first (params, batch) → (grads, loss, metrics…)`, `accumulate
+    /// (params, acc, batch) → (acc + grads, loss, metrics…)` with the
+    /// accumulator donated, `apply (params, state, acc, lr, scale) →
+    /// (params', state', grad_norm)` with parameters and state donated.
+    Accumulating {
+        first: Executable,
+        accumulate: Executable,
+        apply: Executable,
+    },
+}
+
+/// A compiled training step on a mesh.
+pub struct TrainStep {
+    client: Client,
+    programs: Programs,
+    layout: Layout,
+    state_spec: Vec<(String, TensorType)>,
+    metrics: usize,
+}
+
+impl TrainStep {
+    /// Traces `loss_fn(params, batch)` (a scalar loss and scalar metrics)
+    /// and compiles the step's programs for `mesh`.
+    pub fn compile(
+        client: &Client,
+        spec: &TrainStepSpec<'_>,
+        mesh: &Mesh,
+        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
+    ) -> Result<TrainStep> {
+        let state_spec = spec.optimizer.state_spec(&spec.params);
+        let layout = Layout::new(spec, &state_spec, mesh)?;
+        let (programs, metrics) = match spec.accumulate {
+            false => whole_program(client, spec, &layout, &state_spec, &loss_fn)?,
+            true => accumulation_programs(client, spec, &layout, &state_spec, &loss_fn)?,
+        };
+        Ok(TrainStep {
+            client: client.clone(),
+            programs,
+            layout,
+            state_spec,
+            metrics,
+        })
+    }
+
+    /// The mesh the step runs on.
+    pub fn mesh(&self) -> &Mesh {
+        &self.layout.mesh
+    }
+
+    /// The layout of each parameter (and of its optimizer state).
+    pub fn param_shardings(&self) -> &[Sharding] {
+        &self.layout.params
+    }
+
+    /// The layout of each batch input.
+    pub fn batch_shardings(&self) -> &[Sharding] {
+        &self.layout.batch
+    }
+
+    /// Names and types (whole, unsharded) of the optimizer state tensors.
+    pub fn optimizer_state_spec(&self) -> &[(String, TensorType)] {
+        &self.state_spec
+    }
+
+    /// A training state from parameters laid out as
+    /// [`TrainStep::param_shardings`], with zeroed optimizer state (each
+    /// device allocates only its shards).
+    pub fn init_state(&self, params: Vec<ShardedBuffer>) -> Result<TrainState> {
+        let optimizer = self
+            .state_spec
+            .iter()
+            .zip(&self.layout.state)
+            .map(|((_, ty), sharding)| self.layout.mesh.zeros(&self.client, ty, sharding))
+            .collect::<Result<_>>()?;
+        Ok(TrainState { params, optimizer })
+    }
+
+    /// One optimizer step in place on `state` with learning rate `lr` over
+    /// `micro_batches`, each laid out as [`TrainStep::batch_shardings`]:
+    /// exactly one unless the step accumulates.
+    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&ShardedBuffer>], lr: f32) -> Result<StepMetrics> {
+        match (&self.programs, micro_batches) {
+            (Programs::Whole(program), [batch]) => self.run_whole(program, state, batch, lr),
+            (Programs::Accumulating { .. }, [_, ..]) => self.run_accumulating(state, micro_batches, lr),
+            (Programs::Whole(_), _) => Err(Error::Trace {
+                op: "train_step",
+                message: format!(
+                    "the step takes one batch, given {} micro-batches: compile it with `accumulate`",
+                    micro_batches.len()
+                ),
+            }),
+            (Programs::Accumulating { .. }, []) => Err(Error::Trace {
+                op: "train_step",
+                message: "needs at least one micro-batch".to_string(),
+            }),
+        }
+    }
+
+    /// An f32 scalar on every device of `program`.
+    fn scalar(&self, program: &Executable, value: f32) -> Result<ShardedBuffer> {
+        self.client
+            .sharded_from_host(&[value], &[], &Sharding::replicated(), program.devices())
+    }
+
+    /// The whole-step program on one batch.
+    fn run_whole(
+        &self,
+        program: &Executable,
+        state: &mut TrainState,
+        batch: &[&ShardedBuffer],
+        lr: f32,
+    ) -> Result<StepMetrics> {
+        let lr = self.scalar(program, lr)?;
+        let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Donate).collect();
+        args.extend(state.optimizer.iter().map(Arg::Donate));
+        args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+        args.push(Arg::Borrow(&lr));
+        let mut outputs = program.execute_sharded(&args)?;
+        let metrics = outputs.split_off(outputs.len() - self.metrics);
+        let norm = outputs.pop().expect("grad norm output");
+        let loss = outputs.pop().expect("loss output");
+        state.optimizer = outputs.split_off(state.params.len());
+        state.params = outputs;
+        Ok(StepMetrics {
+            loss: read(&loss)?,
+            grad_norm: read(&norm)?,
+            metrics: metrics.iter().map(read).collect::<Result<_>>()?,
+        })
+    }
+
+    /// The accumulation programs over `micro_batches` (at least one).
+    fn run_accumulating(
+        &self,
+        state: &mut TrainState,
+        micro_batches: &[Vec<&ShardedBuffer>],
+        lr: f32,
+    ) -> Result<StepMetrics> {
+        let Programs::Accumulating {
+            first,
+            accumulate,
+            apply,
+        } = &self.programs
+        else {
+            return Err(Error::unexpected("train_step", "not an accumulating step"));
+        };
+        let read_all = |arrays: &[ShardedBuffer]| arrays.iter().map(read).collect::<Result<Vec<_>>>();
+        let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
+        args.extend(micro_batches[0].iter().map(|&b| Arg::Borrow(b)));
+        let mut acc = first.execute_sharded(&args)?;
+        let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
+        let mut loss_sum = read(&acc.pop().expect("loss output"))?;
+        for batch in &micro_batches[1..] {
+            let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
+            args.extend(acc.iter().map(Arg::Donate));
+            args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
+            let mut out = accumulate.execute_sharded(&args)?;
+            let more = read_all(&out.split_off(out.len() - self.metrics))?;
+            metrics.iter_mut().zip(more).for_each(|(sum, m)| *sum += m);
+            loss_sum += read(&out.pop().expect("loss output"))?;
+            acc = out;
+        }
+        let count = micro_batches.len() as f32;
+        let lr = self.scalar(apply, lr)?;
+        let scale = self.scalar(apply, 1.0 / count)?;
+        let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Donate).collect();
+        args.extend(state.optimizer.iter().map(Arg::Donate));
+        args.extend(acc.iter().map(Arg::Borrow));
+        args.push(Arg::Borrow(&lr));
+        args.push(Arg::Borrow(&scale));
+        let mut outputs = apply.execute_sharded(&args)?;
+        let norm = outputs.pop().expect("grad norm output");
+        state.optimizer = outputs.split_off(state.params.len());
+        state.params = outputs;
+        Ok(StepMetrics {
+            loss: loss_sum / count,
+            grad_norm: read(&norm)?,
+            metrics,
+        })
+    }
+}
+
+/// Reads an f32 scalar output.
+fn read(scalar: &ShardedBuffer) -> Result<f32> {
+    Ok(scalar.to_host::<f32>()?[0])
+}
+
+/// Traces and compiles the whole step of `loss_fn`; returns it with the
+/// loss function's metric count.
+fn whole_program(
+    client: &Client,
+    spec: &TrainStepSpec<'_>,
+    layout: &Layout,
+    state_spec: &[(String, TensorType)],
+    loss_fn: LossFn<'_>,
+) -> Result<(Programs, usize)> {
     let mut state = Vec::new();
     let traced = trace_loss("train_step", spec, loss_fn, |graph| {
-        state = state_parameters(graph, &state_spec)?;
+        state = parameters(graph, &types(state_spec))?;
         Ok(())
     })?;
     let lr = traced.graph.parameter(ElementType::F32, &[])?;
@@ -166,123 +393,36 @@ pub(super) fn trace_step(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Resul
     outputs.push(traced.loss.clone());
     outputs.push(norm);
     outputs.extend(traced.metrics.iter().cloned());
+    let metrics = traced.metrics.len();
     let function = build(&traced.graph, &outputs)?.donate_range(0..spec.params.len() + state_spec.len())?;
-    Ok(StepProgram {
-        function,
-        state_spec,
-        metrics: traced.metrics.len(),
-    })
+    let (p, s, b) = (&layout.params[..], &layout.state[..], &layout.batch[..]);
+    let function = layout.partition(function, &[p, s, b, &scalars(1)], &[p, s, &scalars(2 + metrics)])?;
+    Ok((Programs::Whole(function.compile(client)?), metrics))
 }
 
-/// Runs the whole-step program `(params, state, batch, lr) → (params',
-/// state', loss, grad_norm, metrics…)` with parameters and state donated
-/// and replaced by their updates; reads the step's scalars.
-pub(super) fn run_step<R: Runner>(
-    runner: &R,
-    program: &Executable,
-    (params, optimizer): (&mut Vec<R::Array>, &mut Vec<R::Array>),
-    batch: &[&R::Array],
-    lr: f32,
-    metrics: usize,
-) -> Result<StepMetrics> {
-    let lr = runner.scalar(program, lr)?;
-    let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Donate).collect();
-    args.extend(optimizer.iter().map(Arg::Donate));
-    args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
-    args.push(Arg::Borrow(&lr));
-    let mut outputs = runner.run(program, &args)?;
-    let metrics = outputs.split_off(outputs.len() - metrics);
-    let norm = outputs.pop().expect("grad norm output");
-    let loss = outputs.pop().expect("loss output");
-    *optimizer = outputs.split_off(params.len());
-    *params = outputs;
-    Ok(StepMetrics {
-        loss: runner.read(&loss)?,
-        grad_norm: runner.read(&norm)?,
-        metrics: metrics.iter().map(|m| runner.read(m)).collect::<Result<_>>()?,
-    })
-}
-
-impl TrainStep {
-    /// Traces `loss_fn(params, batch)` (a scalar) and compiles the whole step.
-    pub fn compile(
-        client: &Client,
-        spec: &TrainStepSpec<'_>,
-        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
-    ) -> Result<TrainStep> {
-        Self::compile_with_metrics(client, spec, without_metrics(loss_fn))
-    }
-
-    /// As [`TrainStep::compile`], for a loss function that also returns
-    /// scalar metrics ([`StepMetrics::metrics`]).
-    pub fn compile_with_metrics(
-        client: &Client,
-        spec: &TrainStepSpec<'_>,
-        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
-    ) -> Result<TrainStep> {
-        let program = trace_step(spec, &loss_fn)?;
-        Ok(TrainStep {
-            client: client.clone(),
-            executable: program.function.compile(client)?,
-            state_spec: program.state_spec,
-            metrics: program.metrics,
-        })
-    }
-
-    /// Names and types of the optimizer state tensors.
-    pub fn optimizer_state_spec(&self) -> &[(String, TensorType)] {
-        &self.state_spec
-    }
-
-    /// A training state from parameter buffers, with zeroed optimizer state.
-    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        init_state(&self.client, &self.executable, &self.state_spec, params)
-    }
-
-    /// Runs one step in place on `state` with learning rate `lr`.
-    pub fn step(&self, state: &mut TrainState, batch: &[&Buffer], lr: f32) -> Result<StepMetrics> {
-        run_step(
-            &OneDevice(&self.client),
-            &self.executable,
-            (&mut state.params, &mut state.optimizer),
-            batch,
-            lr,
-            self.metrics,
-        )
-    }
-}
-
-/// The three programs of gradient accumulation, traced (not yet laid out
-/// or compiled): `first (params, batch) → (grads, loss, metrics…)`,
-/// `accumulate (params, acc, batch) → (acc + grads, loss, metrics…)` with
-/// the accumulator donated, and `apply (params, state, acc, lr, scale) →
-/// (params', state', grad_norm)` with parameters and state donated.
-pub(super) struct AccumulationPrograms {
-    pub first: Function,
-    pub accumulate: Function,
-    pub apply: Function,
-    pub state_spec: Vec<(String, TensorType)>,
-    pub metrics: usize,
-}
-
-/// Traces the accumulation programs of `loss_fn`.
-pub(super) fn trace_accumulation(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) -> Result<AccumulationPrograms> {
+/// Traces and compiles the three accumulation programs of `loss_fn`;
+/// returns them with the loss function's metric count.
+fn accumulation_programs(
+    client: &Client,
+    spec: &TrainStepSpec<'_>,
+    layout: &Layout,
+    state_spec: &[(String, TensorType)],
+    loss_fn: LossFn<'_>,
+) -> Result<(Programs, usize)> {
     let n = spec.params.len();
-    let state_spec = spec.optimizer.state_spec(&spec.params);
-    let param_parameters = |graph: &Graph| -> Result<Vec<Tensor>> {
-        spec.params.iter().map(|t| graph.parameter(t.dtype, &t.dims)).collect()
-    };
+    let (p, s, b) = (&layout.params[..], &layout.state[..], &layout.batch[..]);
 
     let first = trace_loss("grad_first", spec, loss_fn, |_| Ok(()))?;
     let metrics = first.metrics.len();
+    let per_batch = scalars(1 + metrics); // loss, metrics
     let mut outputs = first.grads.clone();
     outputs.push(first.loss.clone());
     outputs.extend(first.metrics.iter().cloned());
-    let first = build(&first.graph, &outputs)?;
+    let first = layout.partition(build(&first.graph, &outputs)?, &[p, b], &[p, &per_batch])?;
 
     let mut acc = Vec::new();
     let more = trace_loss("grad_accumulate", spec, loss_fn, |graph| {
-        acc = param_parameters(graph)?;
+        acc = parameters(graph, &spec.params)?;
         Ok(())
     })?;
     let mut outputs = acc
@@ -293,11 +433,12 @@ pub(super) fn trace_accumulation(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) 
     outputs.push(more.loss.clone());
     outputs.extend(more.metrics.iter().cloned());
     let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
+    let accumulate = layout.partition(accumulate, &[p, p, b], &[p, &per_batch])?;
 
     let graph = Graph::new("apply_update");
-    let params = param_parameters(&graph)?;
-    let state = state_parameters(&graph, &state_spec)?;
-    let acc = param_parameters(&graph)?;
+    let params = parameters(&graph, &spec.params)?;
+    let state = parameters(&graph, &types(state_spec))?;
+    let acc = parameters(&graph, &spec.params)?;
     let lr = graph.parameter(ElementType::F32, &[])?;
     let scale = graph.parameter(ElementType::F32, &[])?;
     let mean = acc
@@ -307,192 +448,22 @@ pub(super) fn trace_accumulation(spec: &TrainStepSpec<'_>, loss_fn: LossFn<'_>) 
     let (mut outputs, norm) = trace_update(spec, &params, &mean, &state, &lr)?;
     outputs.push(norm);
     let apply = build(&graph, &outputs)?.donate_range(0..n + state_spec.len())?;
+    let apply = layout.partition(apply, &[p, s, p, &scalars(2)], &[p, s, &scalars(1)])?; // … lr, scale → … grad_norm
 
-    Ok(AccumulationPrograms {
-        first,
-        accumulate,
-        apply,
-        state_spec,
-        metrics,
-    })
+    let programs = Programs::Accumulating {
+        first: first.compile(client)?,
+        accumulate: accumulate.compile(client)?,
+        apply: apply.compile(client)?,
+    };
+    Ok((programs, metrics))
 }
 
-/// How a step's programs run and what they run on: buffers of one device,
-/// or sharded arrays of a partitioned program.
-pub(super) trait Runner {
-    /// The arrays the programs take and return.
-    type Array;
-    /// Runs `program` on `args`.
-    fn run(&self, program: &Executable, args: &[Arg<'_, Self::Array>]) -> Result<Vec<Self::Array>>;
-    /// An f32 scalar placed for `program`.
-    fn scalar(&self, program: &Executable, value: f32) -> Result<Self::Array>;
-    /// Reads an f32 scalar output.
-    fn read(&self, scalar: &Self::Array) -> Result<f32>;
-}
-
-/// Programs of one device, on [`Buffer`]s.
-pub(super) struct OneDevice<'a>(pub &'a Client);
-
-impl Runner for OneDevice<'_> {
-    type Array = Buffer;
-    fn run(&self, program: &Executable, args: &[Arg<'_>]) -> Result<Vec<Buffer>> {
-        program.execute_args(args)
-    }
-    fn scalar(&self, program: &Executable, value: f32) -> Result<Buffer> {
-        scalar_on(self.0, program, value)
-    }
-    fn read(&self, scalar: &Buffer) -> Result<f32> {
-        read_scalar(scalar)
-    }
-}
-
-/// The compiled accumulation programs.
-pub(super) struct Accumulation {
-    pub first: Executable,
-    pub accumulate: Executable,
-    pub apply: Executable,
-    /// Metrics of the loss function.
-    pub metrics: usize,
-}
-
-impl Accumulation {
-    /// One optimizer step over `micro_batches` (at least one), in place on
-    /// `params` and `optimizer`.
-    pub fn step<R: Runner>(
-        &self,
-        runner: &R,
-        params: &mut Vec<R::Array>,
-        optimizer: &mut Vec<R::Array>,
-        micro_batches: &[Vec<&R::Array>],
-        lr: f32,
-    ) -> Result<StepMetrics> {
-        let (first, rest) = micro_batches.split_first().ok_or_else(|| Error::Trace {
-            op: "train_step",
-            message: "needs at least one micro-batch".to_string(),
-        })?;
-        let read_all = |arrays: &[R::Array]| arrays.iter().map(|a| runner.read(a)).collect::<Result<Vec<_>>>();
-        let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Borrow).collect();
-        args.extend(first.iter().map(|&b| Arg::Borrow(b)));
-        let mut acc = runner.run(&self.first, &args)?;
-        let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
-        let mut loss_sum = runner.read(&acc.pop().expect("loss output"))?;
-        for batch in rest {
-            let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Borrow).collect();
-            args.extend(acc.iter().map(Arg::Donate));
-            args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
-            let mut out = runner.run(&self.accumulate, &args)?;
-            let more = read_all(&out.split_off(out.len() - self.metrics))?;
-            metrics.iter_mut().zip(more).for_each(|(sum, m)| *sum += m);
-            loss_sum += runner.read(&out.pop().expect("loss output"))?;
-            acc = out;
-        }
-        let count = micro_batches.len() as f32;
-        let lr = runner.scalar(&self.apply, lr)?;
-        let scale = runner.scalar(&self.apply, 1.0 / count)?;
-        let mut args: Vec<Arg<'_, R::Array>> = params.iter().map(Arg::Donate).collect();
-        args.extend(optimizer.iter().map(Arg::Donate));
-        args.extend(acc.iter().map(Arg::Borrow));
-        args.push(Arg::Borrow(&lr));
-        args.push(Arg::Borrow(&scale));
-        let mut outputs = runner.run(&self.apply, &args)?;
-        let norm = outputs.pop().expect("grad norm output");
-        *optimizer = outputs.split_off(params.len());
-        *params = outputs;
-        Ok(StepMetrics {
-            loss: loss_sum / count,
-            grad_norm: runner.read(&norm)?,
-            metrics,
-        })
-    }
-}
-
-/// A training step over several micro-batches whose gradients are averaged
-/// before one optimizer update.
-pub struct AccumulatingTrainStep {
-    client: Client,
-    programs: Accumulation,
-    state_spec: Vec<(String, TensorType)>,
-}
-
-impl AccumulatingTrainStep {
-    /// Traces `loss_fn(params, micro_batch)` and compiles the three programs.
-    pub fn compile(
-        client: &Client,
-        spec: &TrainStepSpec<'_>,
-        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<Tensor>,
-    ) -> Result<AccumulatingTrainStep> {
-        Self::compile_with_metrics(client, spec, without_metrics(loss_fn))
-    }
-
-    /// As [`AccumulatingTrainStep::compile`], for a loss function that also
-    /// returns scalar metrics (summed over the micro-batches).
-    pub fn compile_with_metrics(
-        client: &Client,
-        spec: &TrainStepSpec<'_>,
-        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
-    ) -> Result<AccumulatingTrainStep> {
-        let traced = trace_accumulation(spec, &loss_fn)?;
-        Ok(AccumulatingTrainStep {
-            client: client.clone(),
-            programs: Accumulation {
-                first: traced.first.compile(client)?,
-                accumulate: traced.accumulate.compile(client)?,
-                apply: traced.apply.compile(client)?,
-                metrics: traced.metrics,
-            },
-            state_spec: traced.state_spec,
-        })
-    }
-
-    /// A training state from parameter buffers, with zeroed optimizer state.
-    pub fn init_state(&self, params: Vec<Buffer>) -> Result<TrainState> {
-        init_state(&self.client, &self.programs.apply, &self.state_spec, params)
-    }
-
-    /// One optimizer step over `micro_batches` (at least one), in place.
-    pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&Buffer>], lr: f32) -> Result<StepMetrics> {
-        self.programs.step(
-            &OneDevice(&self.client),
-            &mut state.params,
-            &mut state.optimizer,
-            micro_batches,
-            lr,
-        )
-    }
+/// The types of a state spec.
+fn types(spec: &[(String, TensorType)]) -> Vec<TensorType> {
+    spec.iter().map(|(_, t)| t.clone()).collect()
 }
 
 fn build(graph: &Graph, outputs: &[Tensor]) -> Result<Function> {
     let refs: Vec<&Tensor> = outputs.iter().collect();
     graph.build(&refs)
-}
-
-/// A state of `params` and zeroed optimizer tensors, on the program's device.
-fn init_state(
-    client: &Client,
-    executable: &Executable,
-    state_spec: &[(String, TensorType)],
-    params: Vec<Buffer>,
-) -> Result<TrainState> {
-    let device = program_device(executable)?;
-    let optimizer = state_spec
-        .iter()
-        .map(|(_, t)| client.buffer_from_host_bytes(&vec![0u8; t.byte_size()], t, device))
-        .collect::<Result<_>>()?;
-    Ok(TrainState { params, optimizer })
-}
-
-fn program_device(executable: &Executable) -> Result<&Device> {
-    executable
-        .devices()
-        .first()
-        .ok_or_else(|| Error::unexpected("train_step", "the program has no device"))
-}
-
-/// An f32 scalar on the program's device.
-fn scalar_on(client: &Client, executable: &Executable, value: f32) -> Result<Buffer> {
-    client.buffer_from_host(&[value], &[], program_device(executable)?)
-}
-
-fn read_scalar(buffer: &Buffer) -> Result<f32> {
-    Ok(buffer.to_host::<f32>()?[0])
 }

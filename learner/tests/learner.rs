@@ -1,4 +1,4 @@
-//! The GRPO step on a tiny fixture model (real CPU plugin): the loss and
+//! The learner's GRPO step on a tiny fixture model (real CPU plugin): the loss and
 //! its metrics equal the host formulas on the log-probs of the separate
 //! log-prob program; one step raises the log-probs of positively advantaged
 //! completions and lowers the others; two micro-batches update the
@@ -11,17 +11,16 @@ use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
 use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing};
-use grpo_learner::checkpoint::optimizer_names;
 use grpo_learner::completion_logprobs::CompletionLogprobs;
+use grpo_learner::learner::{Learner, Optimization};
 use grpo_learner::loss::{GrpoLoss, LossType};
-use grpo_learner::placement::{BatchInputs, LearnerState, OptimizerState, Placement};
-use grpo_learner::trainer::{GrpoStep, OldLogprobs, StepConfig, micro_normalizer};
+use grpo_learner::objective::grpo::GrpoObjective;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::weights::Safetensors;
-use grpo_xla::trace::AdamW;
+use grpo_xla::trace::{AdamW, Mesh};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
 fn client() -> Client {
@@ -87,10 +86,54 @@ fn mean_logprobs<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params
         .collect()
 }
 
-/// What [`on_policy_step`] leaves: the state after the step, its metrics,
+/// A one-device learner of `weights` toward the on-policy GRPO loss
+/// `loss`, computing in `compute`, clipping at `max_grad_norm`.
+fn learner(
+    client: &Client,
+    decoder: &Decoder,
+    weights: &Safetensors,
+    loss: GrpoLoss,
+    (compute, max_grad_norm): (ElementType, Option<f64>),
+) -> Learner<GrpoObjective> {
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
+    let optimization = Optimization {
+        optimizer: AdamW {
+            weight_decay: 0.0,
+            ..AdamW::default()
+        },
+        max_grad_norm,
+        compute,
+    };
+    let objective = GrpoObjective::new(loss, 1).unwrap();
+    Learner::new(
+        client,
+        decoder,
+        Mesh::single(device),
+        objective,
+        optimization,
+        params,
+        None,
+    )
+    .unwrap()
+}
+
+/// An on-policy f32 DAPO loss at `temperature`.
+fn dapo(temperature: f32) -> GrpoLoss {
+    GrpoLoss {
+        loss_type: LossType::Dapo,
+        temperature,
+        ..GrpoLoss::default()
+    }
+}
+
+/// f32 compute, clipping at norm 1.
+const F32_CLIPPED: (ElementType, Option<f64>) = (ElementType::F32, Some(1.0));
+
+/// What [`on_policy_step`] leaves: the learner after the step, its metrics,
 /// and the behaviour log-probs, advantages and normalizer it ran with.
 struct OnPolicyStep {
-    state: LearnerState,
+    learner: Learner<GrpoObjective>,
     metrics: grpo_xla::trace::StepMetrics,
     logprobs: Vec<Vec<f32>>,
     adv: Vec<f32>,
@@ -100,8 +143,7 @@ struct OnPolicyStep {
 /// One on-policy DAPO step over the four sequences, scored at
 /// `temperature`, with the log-prob program's log-probs at that
 /// temperature as the behaviour's; checks its loss and entropy against
-/// that program's (and that a step given two micro-batches when compiled
-/// for one is refused).
+/// that program's.
 fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, temperature: f32) -> OnPolicyStep {
     let device = client.device(0).unwrap();
     let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
@@ -112,20 +154,15 @@ fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, tem
     let logprobs: Vec<Vec<f32>> = stats.iter().map(|s| s.logprobs.clone()).collect();
     let rewards = [Some(1.0), Some(0.0), Some(0.2), Some(0.9)];
     let adv = advantages(&rewards, 2, ScaleRewards::Group).unwrap().values;
-    let optimizer = adamw();
-    let config = dapo_step(&optimizer, temperature);
-    let zeros = optimizer_names(decoder, &optimizer);
     let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
     let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
     assert_eq!(packed.normalizer, normalizer);
-    let one_device = Placement::new(client, None).unwrap();
-    let step = GrpoStep::compile(client, decoder, &config, &one_device, packed.micro_batches[0].shape, 1).unwrap();
-    let mut state = one_device.state(client, params, OptimizerState::Zeros(&zeros)).unwrap();
-    let upload = || packed.micro_batches[0].upload(client, &one_device, normalizer).unwrap();
-    let error = step.step(&mut state, &[upload(), upload()], 1e-2);
-    assert!(error.unwrap_err().to_string().contains("micro_batches"));
-    let metrics = step.step(&mut state, &[upload()], 1e-2).unwrap();
+    let mut learner = learner(client, decoder, weights, dapo(temperature), F32_CLIPPED);
+    let batch = packed.micro_batches[0]
+        .upload(client, learner.mesh(), normalizer)
+        .unwrap();
+    let metrics = learner.train(packed.shape(), &[batch], 1e-2).unwrap();
     // On-policy the ratio is 1, the behaviour's importance weight too, and
     // nothing is clipped: loss = −Σ_b A_b·|b| / N.
     let want: f64 = -seqs
@@ -156,34 +193,11 @@ fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, tem
         metrics.metrics[3]
     );
     OnPolicyStep {
-        state,
+        learner,
         metrics,
         logprobs,
         adv,
         normalizer,
-    }
-}
-
-fn adamw() -> AdamW {
-    AdamW {
-        weight_decay: 0.0,
-        ..AdamW::default()
-    }
-}
-
-/// An on-policy f32 DAPO step at `temperature`, clipping at norm 1.
-fn dapo_step(optimizer: &AdamW, temperature: f32) -> StepConfig<'_> {
-    StepConfig {
-        dtype: ElementType::F32,
-        compute: ElementType::F32,
-        loss: GrpoLoss {
-            loss_type: LossType::Dapo,
-            temperature,
-            ..GrpoLoss::default()
-        },
-        old: OldLogprobs::OnPolicy,
-        optimizer,
-        max_grad_norm: Some(1.0),
     }
 }
 
@@ -209,20 +223,17 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let params = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
     let runner = LogprobsRunner::new(&client, decoder.clone(), ElementType::F32);
     let OnPolicyStep {
-        state,
+        learner: stepped,
         metrics,
         logprobs,
         adv,
         normalizer,
     } = on_policy_step(&client, &decoder, &weights, 1.0);
-    let optimizer = adamw();
-    let config = dapo_step(&optimizer, 1.0);
-    let zeros = optimizer_names(&decoder, &optimizer);
-    let one_device = Placement::new(&client, None).unwrap();
+    let fresh = || learner(&client, &decoder, &weights, dapo(1.0), F32_CLIPPED);
 
     let before = mean_logprobs(&runner, &params());
-    let after = state
-        .with_params_on_one_device(&client, |p| Ok(mean_logprobs(&runner, p)))
+    let after = stepped
+        .with_params_on_one_device(|p| Ok(mean_logprobs(&runner, p)))
         .unwrap();
     for (i, a) in adv.iter().enumerate() {
         let moved = after[i] - before[i];
@@ -234,27 +245,16 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
 
     // Two micro-batches of two rows: the same update.
     let halved = pack(&rollouts(&logprobs, &adv), 2, 64, LossType::Dapo, 8).unwrap();
-    let micro = GrpoStep::compile(
-        &client,
-        &decoder,
-        &config,
-        &one_device,
-        halved.micro_batches[0].shape,
-        2,
-    )
-    .unwrap();
-    let mut micro_state = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
-    let share = micro_normalizer(normalizer, 2);
+    let mut micro = fresh();
+    assert_eq!(halved.micro_normalizer(), normalizer / 2.0);
     let halves: Vec<_> = halved
         .micro_batches
         .iter()
-        .map(|m| m.upload(&client, &one_device, share).unwrap())
+        .map(|m| m.upload(&client, micro.mesh(), halved.micro_normalizer()).unwrap())
         .collect();
-    let micro_metrics = micro.step(&mut micro_state, &halves, 1e-2).unwrap();
+    let micro_metrics = micro.train(halved.shape(), &halves, 1e-2).unwrap();
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
-    assert_same_params(&decoder, &state, &micro_state);
+    assert_same_params(&stepped, &micro);
 
     // Each group's two samples in one row behind one copy of the prompt: the same update.
     let sharing = PromptSharing {
@@ -265,16 +265,11 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let shared = pack_sharing(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8, sharing).unwrap();
     let shape = shared.micro_batches[0].shape;
     assert_eq!((shape.rows, shape.slots), (2, 2), "two rows of two slots");
-    let shared_step = GrpoStep::compile(&client, &decoder, &config, &one_device, shape, 1).unwrap();
-    let mut shared_state = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
+    let mut shared_learner = fresh();
     let batch = shared.micro_batches[0]
-        .upload(&client, &one_device, normalizer)
+        .upload(&client, shared_learner.mesh(), normalizer)
         .unwrap();
-    let shared_metrics = shared_step
-        .step(&mut shared_state, std::slice::from_ref(&batch), 1e-2)
-        .unwrap();
+    let shared_metrics = shared_learner.train(shape, &[batch], 1e-2).unwrap();
     assert!(
         (shared_metrics.loss - metrics.loss).abs() < 1e-6,
         "loss {} vs {}",
@@ -283,22 +278,17 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     );
     assert!((shared_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
     assert!((shared_metrics.metrics[3] - metrics.metrics[3]).abs() < 1e-4 * metrics.metrics[3]);
-    assert_same_params(&decoder, &state, &shared_state);
+    assert_same_params(&stepped, &shared_learner);
 
     // The old-policy / reference program reads the shared layout too: the
     // log-prob program's log-probs of each completion, in sample order.
-    let start = one_device
-        .state(&client, params(), OptimizerState::Zeros(&zeros))
-        .unwrap();
-    let mut programs = CompletionLogprobs::new(&client, &decoder, &one_device, 1.0);
+    let start = fresh();
+    let mut programs = CompletionLogprobs::new(&client, &decoder, start.mesh(), 1.0);
     let mut inputs = shared.micro_batches[0]
-        .upload(&client, &one_device, normalizer)
+        .upload(&client, start.mesh(), normalizer)
         .unwrap();
-    programs.append(&start, shape, &mut inputs).unwrap();
-    let BatchInputs::OneDevice(buffers) = &inputs else {
-        panic!("one-device inputs")
-    };
-    let scored = buffers.last().unwrap().to_host::<f32>().unwrap();
+    programs.append(&start.state().params, shape, &mut inputs).unwrap();
+    let scored = inputs.last().unwrap().to_host::<f32>().unwrap();
     let c = shape.completion_tokens;
     for (sample, r) in rollouts(&logprobs, &adv).iter().enumerate() {
         for (j, want) in r.behaviour_logprobs.iter().enumerate() {
@@ -308,9 +298,9 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     }
 }
 
-/// Asserts that two learner states hold the same parameters (within f32 rounding).
-fn assert_same_params(decoder: &Decoder, a: &LearnerState, b: &LearnerState) {
-    let (a, b) = (a.host_params(decoder).unwrap(), b.host_params(decoder).unwrap());
+/// Asserts that two learners hold the same parameters (within f32 rounding).
+fn assert_same_params(a: &Learner<GrpoObjective>, b: &Learner<GrpoObjective>) {
+    let (a, b) = (a.host_params().unwrap(), b.host_params().unwrap());
     for ((name, a), (_, b)) in a.iter().zip(&b) {
         for (x, y) in a.data.iter().zip(&b.data) {
             assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
@@ -336,43 +326,19 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
         .unwrap()
         .values;
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
-    let one_device = Placement::new(&client, None).unwrap();
-    let batch = packed.micro_batches[0]
-        .upload(&client, &one_device, packed.normalizer)
-        .unwrap();
-    let optimizer = adamw();
-    let zeros = optimizer_names(&decoder, &optimizer);
     let run = |compute| {
-        let config = StepConfig {
-            dtype: ElementType::F32,
-            compute,
-            loss: GrpoLoss::default(),
-            old: OldLogprobs::OnPolicy,
-            optimizer: &optimizer,
-            max_grad_norm: None,
-        };
-        let step = GrpoStep::compile(
-            &client,
-            &decoder,
-            &config,
-            &one_device,
-            packed.micro_batches[0].shape,
-            1,
-        )
-        .unwrap();
-        let mut state = one_device
-            .state(&client, params(), OptimizerState::Zeros(&zeros))
+        let mut learner = learner(&client, &decoder, &weights, GrpoLoss::default(), (compute, None));
+        let batch = packed.micro_batches[0]
+            .upload(&client, learner.mesh(), packed.normalizer)
             .unwrap();
-        let metrics = step.step(&mut state, std::slice::from_ref(&batch), 1e-3).unwrap();
-        let LearnerState::OneDevice(state) = &state else {
-            panic!("a one-device state")
-        };
-        let moved: Vec<f32> = state
+        let metrics = learner.train(packed.shape(), &[batch], 1e-3).unwrap();
+        let moved: Vec<f32> = learner
+            .state()
             .params
             .iter()
             .zip(params())
             .flat_map(|(after, before)| {
-                assert_eq!(after.dtype(), ElementType::F32, "master weights stay f32");
+                assert_eq!(after.tensor_type().dtype, ElementType::F32, "master weights stay f32");
                 let (a, b) = (after.to_host::<f32>().unwrap(), before.to_host::<f32>().unwrap());
                 a.iter().zip(b).map(|(x, y)| x - y).collect::<Vec<_>>()
             })

@@ -1,0 +1,104 @@
+//! The rollout fleet a run asks for (`[rollout]`: workers to call, a
+//! registry to listen on, in-process engines) and building it: engines on
+//! the client's devices with the policy's weights in the engine dtype,
+//! workers reached with the shared token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::WeightSource;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::worker::Token;
+use grpo_xla::{Client, Device};
+
+use super::{Fleet, FleetConfig, LocalFleet, WorkerFleet};
+use crate::error::{Error, Result};
+
+/// The rollout fleet `[rollout]` asks for.
+#[derive(Debug, Clone)]
+pub struct FleetPlan {
+    /// How the fleet pushes weights and watches its workers.
+    pub config: FleetConfig,
+    /// Worker addresses to call.
+    pub workers: Vec<String>,
+    /// Where to take worker registrations.
+    pub listen: Option<SocketAddr>,
+    /// Whether the in-process engines generate too.
+    pub in_process: bool,
+    /// In-process engines, one per device.
+    pub engines: usize,
+}
+
+/// What the fleet's in-process engines are made of.
+pub struct EngineParts<'a> {
+    /// The device client.
+    pub client: &'a Client,
+    /// The policy's decoder.
+    pub decoder: &'a Decoder,
+    /// The policy's starting weights.
+    pub weights: &'a dyn WeightSource,
+    /// The tokenizer (for completion text).
+    pub tokenizer: Arc<Tokenizer>,
+    /// Slots, longest sequence and dtype of each engine.
+    pub config: EngineConfig,
+}
+
+impl FleetPlan {
+    /// Whether one in-process engine is the whole fleet (no workers, no registry).
+    pub fn local_only(&self) -> bool {
+        self.workers.is_empty() && self.listen.is_none() && self.engines == 1
+    }
+
+    /// Builds the fleet: in-process engines made of `engine`, workers
+    /// reached with the token `token` gives (only called when there are
+    /// workers to call or a registry to open).
+    pub fn build(&self, engine: &EngineParts<'_>, token: impl Fn() -> Result<Token>) -> Result<Box<dyn Fleet>> {
+        let devices = engine.client.devices();
+        if self.engines > devices.len() {
+            return Err(Error::Config {
+                field: "rollout.engines",
+                message: format!(
+                    "{} needs as many devices; the client has {} (on CPU: grpo run --cpu-devices {})",
+                    self.engines,
+                    devices.len(),
+                    self.engines
+                ),
+            });
+        }
+        if self.local_only() {
+            return Ok(Box::new(LocalFleet::new(engine.on(&devices[0])?)));
+        }
+        let mut fleet = WorkerFleet::new(self.config)?;
+        if !self.workers.is_empty() {
+            fleet.add_workers(&self.workers, &token()?)?;
+        }
+        if let Some(addr) = self.listen {
+            let bound = fleet.listen(addr, token()?)?;
+            tracing::info!("taking rollout worker registrations on {bound} (grpo worker --learner {bound})");
+        }
+        if self.in_process {
+            for device in &devices[..self.engines] {
+                let name = match self.engines {
+                    1 => "in-process".to_string(),
+                    _ => format!("in-process (device {})", device.id()),
+                };
+                fleet.add_engine(name, engine.on(device)?);
+            }
+        }
+        Ok(Box::new(fleet))
+    }
+}
+
+impl EngineParts<'_> {
+    /// An engine on `device` with the weights uploaded in its dtype.
+    fn on(&self, device: &Device) -> Result<Engine> {
+        let weights = upload_parameters(self.client, device, self.decoder, self.weights, self.config.dtype)?;
+        Ok(
+            Engine::new(self.client, self.decoder.clone(), weights, self.config)?
+                .with_tokenizer(self.tokenizer.clone()),
+        )
+    }
+}

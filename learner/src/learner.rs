@@ -1,0 +1,356 @@
+//! The learner: the policy's f32 master weights and AdamW state on a
+//! device mesh (one device, or data parallel / FSDP over several under
+//! `[trainer] parallelism`; see grpo-xla's [`Mesh`]), the compiled train
+//! steps of its [`Objective`] keyed by micro-batch shape, and what leaves
+//! it: host copies of the weights (for the fleet, checkpoints and the final
+//! folder) and checkpoints.
+//!
+//! Memory: parameters plus AdamW's two moments, three f32 copies of the
+//! model (split over the devices under FSDP), and one set of compiled
+//! programs per micro-batch shape; a host copy of the weights only while
+//! it is being sent or written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::HostTensor;
+use grpo_xla::trace::{AdamW, Mesh, Optimizer, StepMetrics, Tensor, TrainState, TrainStep, TrainStepSpec};
+use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer, TensorType};
+
+use crate::batch::MicroBatchShape;
+use crate::checkpoint::{self, CheckpointParts, OPTIMIZER_FILE};
+use crate::error::{Error, Result};
+use crate::objective::Objective;
+
+/// How the learner updates its weights.
+#[derive(Debug, Clone, Copy)]
+pub struct Optimization {
+    /// AdamW's settings (the rate comes from the run's schedule each step).
+    pub optimizer: AdamW,
+    /// Global gradient-norm clipping; `None` disables it.
+    pub max_grad_norm: Option<f64>,
+    /// The dtype the forward and backward run in: the f32 master weights
+    /// are converted to it inside the step (bf16 is mixed precision;
+    /// gradients flow back through the conversion).
+    pub compute: ElementType,
+}
+
+/// The policy's weights and optimizer state on a mesh, trained toward an objective.
+pub struct Learner<O> {
+    client: Client,
+    decoder: Decoder,
+    mesh: Mesh,
+    objective: O,
+    optimization: Optimization,
+    state: TrainState,
+    steps: HashMap<(MicroBatchShape, bool), TrainStep>,
+}
+
+impl<O: Objective> Learner<O> {
+    /// A learner of `decoder` on `mesh` from `params` (f32 on the client's
+    /// first device, the decoder's order) and `optimizer_state`: a
+    /// checkpoint's tensors by name, or zeros for `None` (or a checkpoint
+    /// saved before the first step, which holds none).
+    pub fn new(
+        client: &Client,
+        decoder: &Decoder,
+        mesh: Mesh,
+        objective: O,
+        optimization: Optimization,
+        params: Vec<Buffer>,
+        optimizer_state: Option<&BTreeMap<String, HostTensor>>,
+    ) -> Result<Learner<O>> {
+        let names = optimizer_names(decoder, &optimization.optimizer);
+        let optimizer = match optimizer_state.filter(|saved| !saved.is_empty()) {
+            None => names
+                .iter()
+                .map(|(_, ty)| Ok(mesh.zeros(client, ty, &mesh.state_sharding(ty))?))
+                .collect::<Result<_>>()?,
+            Some(saved) => names
+                .iter()
+                .map(|(name, ty)| {
+                    let tensor = saved_tensor(saved, name, ty)?;
+                    Ok(mesh.from_host(client, &tensor.data, &ty.dims, &mesh.state_sharding(ty))?)
+                })
+                .collect::<Result<_>>()?,
+        };
+        let state = TrainState {
+            params: lay_out(client, &mesh, params)?,
+            optimizer,
+        };
+        Ok(Learner {
+            client: client.clone(),
+            decoder: decoder.clone(),
+            mesh,
+            objective,
+            optimization,
+            state,
+            steps: HashMap::new(),
+        })
+    }
+
+    /// The objective it trains toward.
+    pub fn objective(&self) -> &O {
+        &self.objective
+    }
+
+    /// The devices it spans.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// The policy's decoder.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// Its parameters and optimizer state.
+    pub fn state(&self) -> &TrainState {
+        &self.state
+    }
+
+    /// The device client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// One optimizer step at learning rate `lr` over `micro_batches` of
+    /// `shape` (each the objective's inputs on the mesh, as
+    /// [`crate::batch::batch_input`] lays them out),
+    /// compiling the step for the shape on first use.
+    pub fn train(
+        &mut self,
+        shape: MicroBatchShape,
+        micro_batches: &[Vec<ShardedBuffer>],
+        lr: f32,
+    ) -> Result<StepMetrics> {
+        let key = (shape, micro_batches.len() > 1);
+        if !self.steps.contains_key(&key) {
+            let step = self.compile(shape, key.1)?;
+            self.steps.insert(key, step);
+        }
+        let inputs: Vec<Vec<&ShardedBuffer>> = micro_batches.iter().map(|m| m.iter().collect()).collect();
+        Ok(self.steps[&key].step(&mut self.state, &inputs, lr)?)
+    }
+
+    /// Traces the objective's loss for micro-batches of `shape` and
+    /// compiles its train step on the mesh.
+    fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
+        let spec = TrainStepSpec {
+            params: param_types(&self.decoder, ElementType::F32),
+            batch: self.objective.batch_types(shape),
+            optimizer: &self.optimization.optimizer,
+            max_grad_norm: self.optimization.max_grad_norm,
+            accumulate,
+        };
+        let loss = |params: &[Tensor], batch: &[Tensor]| {
+            let params = in_dtype(params, self.optimization.compute)?;
+            self.objective.loss(&self.decoder, &params, batch)
+        };
+        Ok(TrainStep::compile(&self.client, &spec, &self.mesh, loss)?)
+    }
+
+    /// Train-step programs compiled so far (one per micro-batch shape and accumulation).
+    pub fn compiled_steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// The parameters as f32 host tensors named by the decoder (gathered
+    /// from their shards).
+    pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
+        let names = self.decoder.parameters().iter().map(|p| p.name.clone());
+        Ok(names.zip(host_arrays(&self.state.params)?).collect())
+    }
+
+    /// The optimizer state as f32 host tensors, named as checkpoints store them.
+    pub fn host_optimizer(&self) -> Result<Vec<(String, HostTensor)>> {
+        let names = optimizer_names(&self.decoder, &self.optimization.optimizer);
+        let names = names.into_iter().map(|(name, _)| name);
+        Ok(names.zip(host_arrays(&self.state.optimizer)?).collect())
+    }
+
+    /// Device bytes of parameters and optimizer state held by each device.
+    pub fn state_bytes_per_device(&self) -> Vec<usize> {
+        self.state.device_bytes()
+    }
+
+    /// Writes `OUT/checkpoint-<step>/` (the policy as a Hugging Face folder
+    /// of `model`, the optimizer state and the loop's `loop_state`), atomically.
+    pub fn save_checkpoint(
+        &self,
+        out: &Path,
+        step: u64,
+        model: (&ModelConfig, &Tokenizer),
+        loop_state: serde_json::Value,
+    ) -> Result<PathBuf> {
+        checkpoint::save(
+            out,
+            &CheckpointParts {
+                step,
+                config: model.0,
+                tokenizer: model.1,
+                params: self.host_params()?,
+                optimizer: self.host_optimizer()?,
+                state: loop_state,
+            },
+        )
+    }
+
+    /// Runs `f` on the parameters whole on the mesh's first device, as
+    /// forward-only programs of one device take them: the arrays' buffers
+    /// on one device or when replicated, a gathered copy under FSDP (freed
+    /// when `f` returns).
+    pub fn with_params_on_one_device<T>(&self, f: impl FnOnce(&[&Buffer]) -> Result<T>) -> Result<T> {
+        let params = &self.state.params;
+        if params.iter().all(|p| p.sharding().is_replicated()) {
+            return f(&params.iter().map(|p| &p.shards()[0]).collect::<Vec<_>>());
+        }
+        let device = &self.mesh.devices()[0];
+        let gathered = params
+            .iter()
+            .map(|p| {
+                Ok(self
+                    .client
+                    .buffer_from_host(&p.to_host::<f32>()?, &p.tensor_type().dims, device)?)
+            })
+            .collect::<Result<Vec<Buffer>>>()?;
+        f(&gathered.iter().collect::<Vec<_>>())
+    }
+}
+
+/// Checks that micro-batches of `rows` rows split evenly over `mesh`'s devices.
+pub fn check_rows(mesh: &Mesh, rows: usize) -> Result<()> {
+    let devices = mesh.size();
+    if !rows.is_multiple_of(devices) {
+        return Err(Error::Config {
+            field: "trainer.micro_batch_size",
+            message: format!("{rows} rows do not split over {devices} devices: use a multiple of {devices}"),
+        });
+    }
+    Ok(())
+}
+
+/// Weights `params` (f32 on the client's first device, the decoder's
+/// order) laid out on `mesh` as the learner keeps them: the buffers
+/// themselves on one device, cut through the host over several.
+pub fn lay_out(client: &Client, mesh: &Mesh, params: Vec<Buffer>) -> Result<Vec<ShardedBuffer>> {
+    if mesh.parallelism().is_none() {
+        return Ok(params.into_iter().map(ShardedBuffer::from).collect());
+    }
+    params
+        .iter()
+        .map(|p| {
+            let tensor = host_tensor(p)?;
+            let dims = tensor.dims_i64();
+            let sharding = mesh.state_sharding(&TensorType::new(ElementType::F32, dims.clone()));
+            Ok(mesh.from_host(client, &tensor.data, &dims, &sharding)?)
+        })
+        .collect()
+}
+
+/// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
+/// the parameters (`m.model.norm.weight`), as checkpoints store them.
+pub fn optimizer_names(decoder: &Decoder, optimizer: &dyn Optimizer) -> Vec<(String, TensorType)> {
+    optimizer
+        .state_spec(&param_types(decoder, ElementType::F32))
+        .into_iter()
+        .map(|(name, ty)| {
+            let named = match name.split_once('.') {
+                Some((slot, index)) => match index.parse::<usize>() {
+                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
+                    Err(_) => name,
+                },
+                None => name,
+            };
+            (named, ty)
+        })
+        .collect()
+}
+
+/// The checkpoint tensor `name`, checked to be of type `ty`.
+fn saved_tensor<'a>(saved: &'a BTreeMap<String, HostTensor>, name: &str, ty: &TensorType) -> Result<&'a HostTensor> {
+    let bad = |message: String| Error::Data {
+        path: PathBuf::from(OPTIMIZER_FILE),
+        line: 0,
+        message,
+    };
+    let tensor = saved.get(name).ok_or_else(|| {
+        bad(format!(
+            "no optimizer tensor `{name}`: the checkpoint is of another model or optimizer"
+        ))
+    })?;
+    let dims = tensor.dims_i64();
+    if dims != ty.dims {
+        return Err(bad(format!(
+            "`{name}` has shape {dims:?}, the model needs {:?}",
+            ty.dims
+        )));
+    }
+    Ok(tensor)
+}
+
+/// The types of `decoder`'s parameters in `dtype`, in its order.
+pub fn param_types(decoder: &Decoder, dtype: ElementType) -> Vec<TensorType> {
+    decoder
+        .parameters()
+        .iter()
+        .map(|p| TensorType::new(dtype, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// `params` converted to `dtype` where they are in another.
+pub fn in_dtype(params: &[Tensor], dtype: ElementType) -> grpo_xla::Result<Vec<Tensor>> {
+    params
+        .iter()
+        .map(|p| {
+            if p.dtype() == dtype {
+                Ok(p.clone())
+            } else {
+                p.convert(dtype)
+            }
+        })
+        .collect()
+}
+
+/// `params` (in `decoder`'s order) with their names.
+pub fn named_params<'a>(decoder: &'a Decoder, params: &'a [Buffer]) -> Vec<(&'a str, &'a Buffer)> {
+    decoder
+        .parameters()
+        .iter()
+        .map(|p| p.name.as_str())
+        .zip(params)
+        .collect()
+}
+
+/// A device buffer (f32 or bf16) as an f32 host tensor.
+pub fn host_tensor(buffer: &Buffer) -> Result<HostTensor> {
+    let dims: Vec<usize> = buffer.dims().iter().map(|&d| d as usize).collect();
+    let data = match buffer.dtype() {
+        ElementType::Bf16 => buffer.to_host::<half::bf16>()?.iter().map(|v| v.to_f32()).collect(),
+        _ => buffer.to_host::<f32>()?,
+    };
+    Ok(HostTensor::new(dims, data)?)
+}
+
+/// Named device buffers (f32 or bf16) as named f32 host tensors, collected
+/// into any collection (a list for the fleet, a map for a checkpoint).
+pub fn host_tensors<C: FromIterator<(String, HostTensor)>>(tensors: &[(&str, &Buffer)]) -> Result<C> {
+    tensors
+        .iter()
+        .map(|(name, buffer)| Ok((name.to_string(), host_tensor(buffer)?)))
+        .collect()
+}
+
+/// f32 arrays gathered from their shards into host tensors.
+fn host_arrays(arrays: &[ShardedBuffer]) -> Result<Vec<HostTensor>> {
+    arrays
+        .iter()
+        .map(|array| {
+            let dims = array.tensor_type().dims.iter().map(|&d| d as usize).collect();
+            Ok(HostTensor::new(dims, array.to_host::<f32>()?)?)
+        })
+        .collect()
+}

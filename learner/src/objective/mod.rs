@@ -1,0 +1,38 @@
+//! What the learner trains toward. An [`Objective`] names the input
+//! tensors of one micro-batch and traces its loss over them; the
+//! [`crate::learner::Learner`] turns that into the whole train step
+//! (forward, loss, backward, clipping, AdamW; accumulated over
+//! micro-batches when a batch has several; on one device or partitioned)
+//! and owns everything else: weights, optimizer state, the compiled-step
+//! cache, checkpoints and host copies.
+//!
+//! - [`grpo::GrpoObjective`]: the clipped GRPO policy loss over sampled
+//!   completions and their advantages.
+//! - [`sft::SftObjective`]: the mean NLL of completion tokens.
+//!
+//! Adding a third (DPO, reward-model training, …) is one new file here:
+//! its micro-batch inputs and traced loss as an `Objective`, beside the
+//! task that makes its batches each step (as [`crate::sft::SftTask`]
+//! packs prompt/completion pairs), plus its config section.
+
+pub mod grpo;
+pub mod sft;
+
+use grpo_model::decoder::Decoder;
+use grpo_xla::TensorType;
+use grpo_xla::trace::Tensor;
+
+use crate::batch::MicroBatchShape;
+
+/// A loss over micro-batches of token rows, traced into the learner's train step.
+pub trait Objective {
+    /// The types of one micro-batch's inputs, in the order [`Objective::loss`]
+    /// receives them.
+    fn batch_types(&self, shape: MicroBatchShape) -> Vec<TensorType>;
+
+    /// Traces the loss of one micro-batch (a scalar whose gradient the step
+    /// takes) and its metrics (scalars, gradient stopped, summed over a
+    /// batch's micro-batches), over `params` in the decoder's order and the
+    /// compute dtype.
+    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)>;
+}

@@ -1,0 +1,328 @@
+//! A whole run composed from its config: [`Run::grpo`] and [`Run::sft`]
+//! open the model (or the checkpoint a resumed run continues from), load
+//! the data, build the rollout fleet and the learner's mesh, and make the
+//! [`Trainer`]; [`Run::train`] then runs its steps up to `max_steps`,
+//! calling the hooks ([`crate::hooks`]) around each. Front ends (the CLI,
+//! tests) parse a config, build a run, add their hooks and train.
+//!
+//! A new run refuses an output folder that already holds one; `resume`
+//! continues from the folder's newest checkpoint exactly (weights,
+//! optimizer state, data position; later metrics lines and rollout parts
+//! are dropped, since the run makes them again).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use grpo_model::config::ModelConfig;
+use grpo_model::decoder::Decoder;
+use grpo_model::load::upload_parameters;
+use grpo_model::pretrained::Pretrained;
+use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::WeightSource;
+use grpo_reward::RewardPool;
+use grpo_rollout::engine::EngineConfig;
+use grpo_rollout::worker::Token;
+use grpo_xla::trace::Mesh;
+use grpo_xla::{Buffer, Client, ElementType};
+use serde_json::{Map, Value};
+
+use crate::checkpoint::{self, LoadedCheckpoint, save_model};
+use crate::config::RunConfig;
+use crate::config::sft::SftRunConfig;
+use crate::data::{load_jsonl, split};
+use crate::error::{Error, Result};
+use crate::fleet::EngineParts;
+use crate::grpo::{GrpoParts, GrpoTask};
+use crate::hooks::{Checkpoints, Evaluation, FinalModel, Hook, MetricsLog, Plot, RolloutFile, RunContext};
+use crate::sft::{SftParts, SftTask, encode_examples};
+use crate::trainer::{StepRecord, Task, Trainer};
+
+/// A run: its trainer, output folder and length, and the hooks its config asks for.
+pub struct Run<T: Task> {
+    trainer: Trainer<T>,
+    out: PathBuf,
+    max_steps: usize,
+    model: (ModelConfig, Arc<Tokenizer>),
+    resumed_from: Option<PathBuf>,
+    eval_every: usize,
+    checkpoints: Checkpoints,
+    /// Whether the task samples completions (a rollout log and a reward plot).
+    samples: bool,
+}
+
+/// The model a run trains and where it starts: the model's own weights,
+/// or a checkpoint's.
+struct Start {
+    model: Pretrained,
+    tokenizer: Arc<Tokenizer>,
+    checkpoint: Option<(PathBuf, Box<dyn WeightSource>, LoadedCheckpoint)>,
+}
+
+impl Start {
+    /// Opens model `name` for a run in `out`, and with `resume` the newest
+    /// checkpoint there (refusing a new run in a folder that holds one).
+    fn open(name: &str, out: &Path, resume: bool) -> Result<Start> {
+        let from = resume_point(out, resume)?;
+        let model = Pretrained::open(name)?;
+        let tokenizer = Arc::new(model.tokenizer.clone().ok_or_else(|| Error::Config {
+            field: "model.name",
+            message: format!("`{name}` has no tokenizer: use a folder with tokenizer.json, or a GGUF file"),
+        })?);
+        let checkpoint = match from {
+            Some(dir) => {
+                let saved = Pretrained::open_dir(&dir)?;
+                if saved.config != model.config {
+                    return Err(Error::Output {
+                        dir,
+                        message: format!("a checkpoint of another model than `{name}`"),
+                    });
+                }
+                let state = checkpoint::load(&dir)?;
+                Some((dir, saved.weights, state))
+            }
+            None => None,
+        };
+        Ok(Start {
+            model,
+            tokenizer,
+            checkpoint,
+        })
+    }
+
+    /// The weights the policy starts from.
+    fn weights(&self) -> &dyn WeightSource {
+        match &self.checkpoint {
+            Some((_, weights, _)) => weights.as_ref(),
+            None => self.model.weights.as_ref(),
+        }
+    }
+
+    /// `weights` as f32 parameters of `decoder` on the client's first device.
+    fn upload(client: &Client, decoder: &Decoder, weights: &dyn WeightSource) -> Result<Vec<Buffer>> {
+        Ok(upload_parameters(
+            client,
+            client.device(0)?,
+            decoder,
+            weights,
+            ElementType::F32,
+        )?)
+    }
+}
+
+/// The checkpoint to resume from, or `None` for a new run; a new run
+/// refuses an output folder that already holds one.
+pub fn resume_point(out: &Path, resume: bool) -> Result<Option<PathBuf>> {
+    let newest = checkpoint::latest(out);
+    if resume {
+        return newest.map(Some).ok_or_else(|| Error::Output {
+            dir: out.to_path_buf(),
+            message: "--resume: no complete checkpoint here; start the run without --resume".to_string(),
+        });
+    }
+    if newest.is_some() || MetricsLog::path(out).exists() {
+        return Err(Error::Output {
+            dir: out.to_path_buf(),
+            message: "already holds a run: pass --resume to continue it, or --out DIR to start another".to_string(),
+        });
+    }
+    Ok(None)
+}
+
+/// Creates the output folder (once everything else is ready).
+fn create(out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(|e| Error::Output {
+        dir: out.to_path_buf(),
+        message: format!("cannot create: {e}"),
+    })
+}
+
+impl Run<GrpoTask> {
+    /// GRPO fine-tuning as `config` says, scored by `rewards`, on `client`'s
+    /// devices: the learner on the first (or a mesh of the first few), the
+    /// in-process engines and workers of `[rollout]`; continuing the run in
+    /// its output folder with `resume`.
+    pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
+        let grpo = config.grpo()?;
+        let plan = config.fleet()?;
+        let out = config.logging.out.clone();
+        let start = Start::open(&config.model.name, &out, resume)?;
+        let (train, eval) = config.data.load()?;
+        let decoder = Decoder::new(start.model.config.clone());
+        // The policy starts from the checkpoint when resuming; the KL's reference is always the model.
+        let reference = (grpo.loss.beta > 0.0)
+            .then(|| Start::upload(client, &decoder, start.model.weights.as_ref()))
+            .transpose()?;
+        let engine = EngineParts {
+            client,
+            decoder: &decoder,
+            weights: start.weights(),
+            tokenizer: start.tokenizer.clone(),
+            config: EngineConfig {
+                max_num_seqs: (grpo.group_size * grpo.prompts_per_step).div_ceil(plan.engines),
+                max_model_len: config.rollout.max_model_len.min(start.model.config.max_positions),
+                dtype: config.engine_dtype()?,
+            },
+        };
+        let token_file = config.rollout.worker_token_file.as_deref();
+        let fleet = plan.build(&engine, || {
+            Token::from_file_or_env(token_file, "rollout.worker_token_file").map_err(|e| Error::Config {
+                field: "rollout.worker_token_file",
+                message: e.to_string(),
+            })
+        })?;
+        let parts = GrpoParts {
+            client: client.clone(),
+            params: Start::upload(client, &decoder, start.weights())?,
+            decoder,
+            tokenizer: start.tokenizer.clone(),
+            fleet,
+            rewards,
+            data: train,
+            eval,
+            data_seed: config.data.seed,
+            mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
+            reference,
+        };
+        let trainer = Trainer::grpo(parts, grpo, start.checkpoint.as_ref().map(|(_, _, c)| c))?;
+        create(&out)?;
+        Ok(Run {
+            trainer,
+            out,
+            max_steps: config.trainer.max_steps,
+            model: (start.model.config.clone(), start.tokenizer.clone()),
+            resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
+            eval_every: config.trainer.eval_every,
+            checkpoints: Checkpoints {
+                every: config.checkpoint.every,
+                keep_last: config.checkpoint.keep_last,
+            },
+            samples: true,
+        })
+    }
+}
+
+impl Run<SftTask> {
+    /// Supervised fine-tuning as `config` says on `client`'s devices;
+    /// continuing the run in its output folder with `resume`.
+    pub fn sft(config: &SftRunConfig, client: &Client, resume: bool) -> Result<Self> {
+        let mut sft = config.sft()?;
+        let out = config.logging.out.clone();
+        let start = Start::open(&config.model.name, &out, resume)?;
+        sft.max_length = sft.max_length.min(start.model.config.max_positions);
+        let rows = load_jsonl(&config.data.path, &config.data.prompt_column)?;
+        let (train, eval) = split(rows, config.data.eval_size, config.data.seed)?;
+        let column = &config.data.completion_column;
+        let decoder = Decoder::new(start.model.config.clone());
+        let parts = SftParts {
+            client: client.clone(),
+            data: encode_examples(&start.tokenizer, &train, column, sft.max_length)?,
+            eval: encode_examples(&start.tokenizer, &eval, column, sft.max_length)?,
+            data_seed: config.data.seed,
+            params: Start::upload(client, &decoder, start.weights())?,
+            decoder,
+            mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
+        };
+        let trainer = Trainer::sft(parts, sft, start.checkpoint.as_ref().map(|(_, _, c)| c))?;
+        create(&out)?;
+        Ok(Run {
+            trainer,
+            out,
+            max_steps: config.trainer.max_steps,
+            model: (start.model.config.clone(), start.tokenizer.clone()),
+            resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
+            eval_every: config.trainer.eval_every,
+            checkpoints: Checkpoints {
+                every: config.checkpoint.every,
+                keep_last: config.checkpoint.keep_last,
+            },
+            samples: false,
+        })
+    }
+}
+
+impl<T: Task> Run<T> {
+    /// The hooks the config asks for, in order: evaluation, the metrics
+    /// log, the rollout log (tasks that sample), checkpoints, the final
+    /// folder and the plot (tasks that sample).
+    pub fn standard_hooks(&self) -> Vec<Box<dyn Hook>> {
+        let mut hooks: Vec<Box<dyn Hook>> = vec![
+            Box::new(Evaluation { every: self.eval_every }),
+            Box::new(MetricsLog::default()),
+        ];
+        if self.samples {
+            hooks.push(Box::new(RolloutFile::default()));
+        }
+        hooks.push(Box::new(Checkpoints { ..self.checkpoints }));
+        hooks.push(Box::new(FinalModel));
+        if self.samples {
+            hooks.push(Box::new(Plot));
+        }
+        hooks
+    }
+
+    /// Runs the steps left up to `max_steps`, calling `hooks` around each
+    /// (a new run first passes them a step-0 record).
+    pub fn train(&mut self, hooks: &mut [Box<dyn Hook>]) -> Result<()> {
+        for hook in hooks.iter_mut() {
+            hook.on_start(self)?;
+        }
+        if self.trainer.steps_done() == 0 {
+            self.pass(hooks, &mut StepRecord::default())?;
+        }
+        while self.trainer.steps_done() < self.max_steps {
+            let started = Instant::now();
+            let mut record = self.trainer.step()?;
+            let learner = self.trainer.learner();
+            let metrics = &mut record.metrics;
+            metrics.insert("step_time".into(), started.elapsed().as_secs_f64().into());
+            metrics.insert("compiled_train_programs".into(), learner.compiled_steps().into());
+            metrics.insert("learner_state_bytes".into(), learner.state_bytes_per_device().into());
+            self.pass(hooks, &mut record)?;
+        }
+        for hook in hooks.iter_mut() {
+            hook.on_end(self)?;
+        }
+        Ok(())
+    }
+
+    /// Hands `record` to each hook in turn.
+    fn pass(&mut self, hooks: &mut [Box<dyn Hook>], record: &mut StepRecord) -> Result<()> {
+        hooks.iter_mut().try_for_each(|hook| hook.on_step(self, record))
+    }
+
+    /// The trainer.
+    pub fn trainer(&self) -> &Trainer<T> {
+        &self.trainer
+    }
+}
+
+impl<T: Task> RunContext for Run<T> {
+    fn out(&self) -> &Path {
+        &self.out
+    }
+
+    fn max_steps(&self) -> usize {
+        self.max_steps
+    }
+
+    fn steps_done(&self) -> usize {
+        self.trainer.steps_done()
+    }
+
+    fn resumed_from(&self) -> Option<&Path> {
+        self.resumed_from.as_deref()
+    }
+
+    fn evaluate(&mut self) -> Result<Option<Map<String, Value>>> {
+        self.trainer.evaluate()
+    }
+
+    fn checkpoint(&self) -> Result<PathBuf> {
+        self.trainer.checkpoint(&self.out, (&self.model.0, &self.model.1))
+    }
+
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        save_model(dir, &self.model.0, &self.model.1, self.trainer.host_params()?)
+    }
+}

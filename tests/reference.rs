@@ -18,8 +18,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::{lines, run_ok, tiny_model, tiny_run};
 use serde_json::{Value, json};
@@ -208,33 +206,27 @@ fn the_arithmetic_examples_first_two_steps_reproduce_their_recording() {
     let dir = tempfile::tempdir().unwrap();
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/arithmetic/config.toml");
     let out = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(["run", example.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .args(["--set", "trainer.eval_every=0", "--set", "checkpoint.every=1"])
-        .args(["--set", "checkpoint.keep_last=0"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
     let logged = |step: u64| {
-        std::fs::read_to_string(out.join("metrics.jsonl")).is_ok_and(|text| {
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .any(|l| l["step"] == step)
-        })
+        let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|l| l["step"] == step)
     };
-    while !(out.join("checkpoint-2").is_dir() && logged(2)) {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the run ended before its second step"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(900),
-            "two steps took over 15 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (example, out_arg) = (example.to_str().unwrap(), out.to_str().unwrap());
+    common::kill_when(
+        &[
+            "run",
+            example,
+            "--out",
+            out_arg,
+            "--set",
+            "trainer.eval_every=0",
+            "--set",
+            "checkpoint.every=1",
+            "--set",
+            "checkpoint.keep_last=0",
+        ],
+        || out.join("checkpoint-2").is_dir() && logged(2),
+    );
     check("arithmetic_2_steps", recorded(&out, GRPO_METRICS, 2));
 }

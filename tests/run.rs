@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{grpo_installed, lines, run_ok, tiny_run};
@@ -103,44 +102,16 @@ fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) ->
     let killed = tempfile::tempdir().unwrap();
     let config = tiny_run(killed.path(), trainer);
     let out = killed.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(["run", config.to_str().unwrap()])
-        .args(args)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !out.join("checkpoint-4").is_dir() {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the run ended before its first checkpoint"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "no checkpoint in 10 minutes"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the run must still be working on steps 5–8 when it is killed"
-    );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    common::kill_when(&[&["run", config.to_str().unwrap()], args].concat(), || {
+        out.join("checkpoint-4").is_dir()
+    });
     assert!(!out.join("final").exists());
 
     run_ok(&[&["run", config.to_str().unwrap(), "--resume"], args].concat());
-    let same = |file: &str| {
-        let a = std::fs::read(whole.path().join("out/checkpoint-8").join(file)).unwrap();
-        let b = std::fs::read(out.join("checkpoint-8").join(file)).unwrap();
-        assert!(a == b, "{file} differs between the whole and the resumed run");
-    };
     let before = std::fs::read(killed.path().join("tiny/model.safetensors")).unwrap();
     let after = std::fs::read(out.join("checkpoint-8/model.safetensors")).unwrap();
     assert!(before.len() == after.len() && before != after, "the run trained");
-    same("model.safetensors");
-    same("optimizer.safetensors");
-    same("trainer_state.json");
+    common::assert_same_checkpoint(&whole.path().join("out/checkpoint-8"), &out.join("checkpoint-8"));
 
     let rows = |dir: &Path| read_rollouts(&dir.join("rollouts.parquet")).unwrap();
     assert_eq!(

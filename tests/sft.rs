@@ -1,12 +1,14 @@
 //! `grpo sft` end to end on a tiny random model: metrics lines with the
 //! eval loss, a final folder `grpo logprobs` scores, a bad key refused
-//! naming it, and an output folder that already holds a run refused.
+//! naming it, an output folder that already holds a run refused, and a run
+//! killed with SIGKILL that resumes to the same parameters as a run never
+//! interrupted.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, stdout, tiny_model};
+use common::{grpo_installed, lines, run_ok, stdout, tiny_model};
 
 /// A tiny random model, a JSONL of sums and an SFT config in `dir`.
 fn tiny_sft(dir: &Path, extra: &str) -> PathBuf {
@@ -72,4 +74,36 @@ fn sft_refuses_an_unknown_key_naming_it() {
     assert!(stderr.contains("trainer.warmup"), "{stderr}");
     let out = grpo_installed(&["sft", config.to_str().unwrap(), "--set", "trainer.warmup=1"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("trainer.warmup"));
+}
+
+#[test]
+fn an_sft_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
+    let settings = "\n[checkpoint]\nevery = 20\nkeep_last = 0\n";
+    let steps = ["--set", "trainer.max_steps=40"];
+    let whole = tempfile::tempdir().unwrap();
+    let config = tiny_sft(whole.path(), settings);
+    run_ok(&[&["sft", config.to_str().unwrap()][..], &steps].concat());
+
+    let killed = tempfile::tempdir().unwrap();
+    let config = tiny_sft(killed.path(), settings);
+    let out = killed.path().join("out");
+    common::kill_when(&[&["sft", config.to_str().unwrap()][..], &steps].concat(), || {
+        out.join("checkpoint-20").is_dir()
+    });
+    assert!(!out.join("checkpoint-40").exists());
+    run_ok(&[&["sft", config.to_str().unwrap(), "--resume"][..], &steps].concat());
+    common::assert_same_checkpoint(&whole.path().join("out/checkpoint-40"), &out.join("checkpoint-40"));
+    let losses = |dir: &Path| -> Vec<(u64, f64)> {
+        lines(&dir.join("out/metrics.jsonl"))
+            .iter()
+            .filter(|l| l.get("loss").is_some())
+            .map(|l| (l["step"].as_u64().unwrap(), l["loss"].as_f64().unwrap()))
+            .collect()
+    };
+    assert_eq!(
+        losses(killed.path()),
+        losses(whole.path()),
+        "each step logged once, the same"
+    );
+    assert_eq!(losses(whole.path()).len(), 40);
 }

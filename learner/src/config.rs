@@ -421,13 +421,13 @@ pub(crate) fn invalid(field: &'static str, message: String) -> Error {
 }
 
 /// The error of a config that is not TOML.
-pub(crate) fn not_toml(e: toml::de::Error) -> Error {
+fn not_toml(e: toml::de::Error) -> Error {
     invalid("config", format!("not TOML: {e}"))
 }
 
 /// A config's sections from its TOML `table`, an unknown or mistyped key
 /// refused naming its path.
-pub(crate) fn parse_sections<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T> {
+fn parse_sections<T: serde::de::DeserializeOwned>(table: toml::Table) -> Result<T> {
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let key = e.path().to_string();
         let message = e.into_inner().message().to_string();
@@ -472,8 +472,46 @@ fn choice<T: Copy>(field: &'static str, value: &str, options: &[(&str, T)]) -> R
         })
 }
 
+/// A run config in a TOML file: its sections parsed (unknown keys
+/// refused naming them), checked, and its relative paths taken from the
+/// file's folder.
+pub trait ConfigFile: Sized + serde::de::DeserializeOwned {
+    /// Top-level tables another parser reads (`grpo run`'s reward tables).
+    const FOREIGN_TABLES: &[&str] = &[];
+
+    /// Checks every value and their combinations.
+    fn validate(&self) -> Result<()>;
+
+    /// Makes the data and output paths relative to `base`.
+    fn rebase(&mut self, base: &Path);
+
+    /// Parses TOML text and validates it.
+    fn from_toml_str(text: &str) -> Result<Self> {
+        let mut table: toml::Table = text.parse().map_err(not_toml)?;
+        for name in Self::FOREIGN_TABLES {
+            table.remove(*name);
+        }
+        let config: Self = parse_sections(table)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text of a config file in folder `base` (relative data
+    /// and output paths are taken from there) and validates it.
+    fn from_toml_at(text: &str, base: &Path) -> Result<Self> {
+        let mut config = Self::from_toml_str(text)?;
+        config.rebase(base);
+        Ok(config)
+    }
+
+    /// Reads `path`; data and output paths become relative to its folder.
+    fn from_file(path: &Path) -> Result<Self> {
+        Self::from_toml_at(&read_text(path)?, path.parent().unwrap_or(Path::new(".")))
+    }
+}
+
 /// The text of the config file `path`.
-pub(crate) fn read_text(path: &Path) -> Result<String> {
+fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::Data {
         path: path.to_path_buf(),
         line: 0,
@@ -481,39 +519,29 @@ pub(crate) fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+impl ConfigFile for RunConfig {
+    const FOREIGN_TABLES: &[&str] = &["reward", "reward_pool"];
+
+    fn validate(&self) -> Result<()> {
+        self.grpo()?;
+        self.fleet()?;
+        self.engine_dtype()?;
+        Ok(())
+    }
+
+    fn rebase(&mut self, base: &Path) {
+        self.data.path = base.join(&self.data.path);
+        if let Some(path) = &self.data.eval_path {
+            self.data.eval_path = Some(base.join(path));
+        }
+        if let Some(file) = &self.rollout.worker_token_file {
+            self.rollout.worker_token_file = Some(base.join(file));
+        }
+        self.logging.out = base.join(&self.logging.out);
+    }
+}
+
 impl RunConfig {
-    /// Reads `path`; data and output paths become relative to its folder.
-    pub fn from_file(path: &Path) -> Result<RunConfig> {
-        Self::from_toml_at(&read_text(path)?, path.parent().unwrap_or(Path::new(".")))
-    }
-
-    /// Parses TOML text of a config file in folder `base` (relative data
-    /// and output paths are taken from there) and validates it.
-    pub fn from_toml_at(text: &str, base: &Path) -> Result<RunConfig> {
-        let mut config = Self::from_toml_str(text)?;
-        config.data.path = base.join(&config.data.path);
-        if let Some(path) = &config.data.eval_path {
-            config.data.eval_path = Some(base.join(path));
-        }
-        if let Some(file) = &config.rollout.worker_token_file {
-            config.rollout.worker_token_file = Some(base.join(file));
-        }
-        config.logging.out = base.join(&config.logging.out);
-        Ok(config)
-    }
-
-    /// Parses TOML text (the reward tables are left to grpo-reward) and validates it.
-    pub fn from_toml_str(text: &str) -> Result<RunConfig> {
-        let mut table: toml::Table = text.parse().map_err(not_toml)?;
-        table.remove("reward");
-        table.remove("reward_pool");
-        let config: RunConfig = parse_sections(table)?;
-        config.grpo()?;
-        config.fleet()?;
-        config.engine_dtype()?;
-        Ok(config)
-    }
-
     /// The in-process engine's dtype.
     pub fn engine_dtype(&self) -> Result<ElementType> {
         choice(

@@ -28,8 +28,8 @@ use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
 
 use crate::checkpoint::{self, LoadedCheckpoint, save_model};
-use crate::config::RunConfig;
 use crate::config::sft::SftRunConfig;
+use crate::config::{CheckpointSection, RunConfig};
 use crate::data::{load_jsonl, split};
 use crate::error::{Error, Result};
 use crate::fleet::EngineParts;
@@ -90,6 +90,11 @@ impl Start {
         })
     }
 
+    /// The checkpoint's training state, when resuming.
+    fn checkpoint(&self) -> Option<&LoadedCheckpoint> {
+        self.checkpoint.as_ref().map(|(_, _, state)| state)
+    }
+
     /// The weights the policy starts from.
     fn weights(&self) -> &dyn WeightSource {
         match &self.checkpoint {
@@ -127,14 +132,6 @@ pub fn resume_point(out: &Path, resume: bool) -> Result<Option<PathBuf>> {
         });
     }
     Ok(None)
-}
-
-/// Creates the output folder (once everything else is ready).
-fn create(out: &Path) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(|e| Error::Output {
-        dir: out.to_path_buf(),
-        message: format!("cannot create: {e}"),
-    })
 }
 
 impl Run<GrpoTask> {
@@ -184,21 +181,15 @@ impl Run<GrpoTask> {
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
             reference,
         };
-        let trainer = Trainer::grpo(parts, grpo, start.checkpoint.as_ref().map(|(_, _, c)| c))?;
-        create(&out)?;
-        Ok(Run {
+        let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
+        let t = &config.trainer;
+        Run::assemble(
             trainer,
-            out,
-            max_steps: config.trainer.max_steps,
-            model: (start.model.config.clone(), start.tokenizer.clone()),
-            resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
-            eval_every: config.trainer.eval_every,
-            checkpoints: Checkpoints {
-                every: config.checkpoint.every,
-                keep_last: config.checkpoint.keep_last,
-            },
-            samples: true,
-        })
+            start,
+            (out, t.max_steps, t.eval_every),
+            &config.checkpoint,
+            true,
+        )
     }
 }
 
@@ -223,25 +214,49 @@ impl Run<SftTask> {
             decoder,
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
         };
-        let trainer = Trainer::sft(parts, sft, start.checkpoint.as_ref().map(|(_, _, c)| c))?;
-        create(&out)?;
-        Ok(Run {
+        let trainer = Trainer::sft(parts, sft, start.checkpoint())?;
+        let t = &config.trainer;
+        Run::assemble(
             trainer,
-            out,
-            max_steps: config.trainer.max_steps,
-            model: (start.model.config.clone(), start.tokenizer.clone()),
-            resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
-            eval_every: config.trainer.eval_every,
-            checkpoints: Checkpoints {
-                every: config.checkpoint.every,
-                keep_last: config.checkpoint.keep_last,
-            },
-            samples: false,
-        })
+            start,
+            (out, t.max_steps, t.eval_every),
+            &config.checkpoint,
+            false,
+        )
     }
 }
 
 impl<T: Task> Run<T> {
+    /// The run of `trainer` from `start`, writing to `out` for `max_steps`
+    /// steps with evaluations every `eval_every` and `checkpoints`; a task
+    /// that `samples` completions gets a rollout log and a reward plot.
+    /// Creates the output folder, now that everything else is ready.
+    fn assemble(
+        trainer: Trainer<T>,
+        start: Start,
+        (out, max_steps, eval_every): (PathBuf, usize, usize),
+        checkpoints: &CheckpointSection,
+        samples: bool,
+    ) -> Result<Self> {
+        std::fs::create_dir_all(&out).map_err(|e| Error::Output {
+            dir: out.clone(),
+            message: format!("cannot create: {e}"),
+        })?;
+        Ok(Run {
+            trainer,
+            out,
+            max_steps,
+            model: (start.model.config, start.tokenizer),
+            resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
+            eval_every,
+            checkpoints: Checkpoints {
+                every: checkpoints.every,
+                keep_last: checkpoints.keep_last,
+            },
+            samples,
+        })
+    }
+
     /// The hooks the config asks for, in order: evaluation, the metrics
     /// log, the rollout log (tasks that sample), checkpoints, the final
     /// folder and the plot (tasks that sample).
@@ -294,6 +309,16 @@ impl<T: Task> Run<T> {
     /// The trainer.
     pub fn trainer(&self) -> &Trainer<T> {
         &self.trainer
+    }
+
+    /// The output folder.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// The run's last step.
+    pub fn max_steps(&self) -> usize {
+        self.max_steps
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use grpo_learner::config::RunConfig;
+use grpo_learner::config::{ConfigFile, RunConfig};
 
 #[test]
 fn the_reference_config_lists_the_defaults() {

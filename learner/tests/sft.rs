@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use grpo_learner::config::sft::SftRunConfig;
-use grpo_learner::config::with_overrides;
+use grpo_learner::config::{ConfigFile, with_overrides};
 use grpo_learner::data::{Example, Prompt};
 use grpo_learner::learner::{Learner, Optimization};
 use grpo_learner::objective::sft::SftObjective;

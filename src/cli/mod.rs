@@ -1,7 +1,6 @@
 //! Subcommands of the `grpo` binary, one module each.
 
 mod bench;
-mod config_args;
 mod convert;
 mod devices;
 mod generate;
@@ -14,6 +13,7 @@ mod run;
 mod serve;
 mod setup;
 mod sft;
+mod train;
 mod worker;
 
 use clap::{Parser, Subcommand};
@@ -29,9 +29,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Fine-tune a policy with GRPO as a run config says.
-    Run(run::RunArgs),
+    Run(train::TrainArgs),
     /// Supervised fine-tuning on prompt/completion pairs (a warm start for `run`).
-    Sft(sft::SftArgs),
+    Sft(train::TrainArgs),
     /// Install a PJRT plugin (the CPU one by default) into grpo's cache folder.
     Setup(setup::SetupArgs),
     /// Show the plugin, its versions and its devices.

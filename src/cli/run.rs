@@ -9,48 +9,17 @@
 
 use anyhow::Context;
 use grpo_learner::config::RunConfig;
-use grpo_learner::hooks::{FinalModel, MetricsLog, Plot};
 use grpo_learner::run::Run;
 use grpo_reward::{Registry, RewardsConfig};
 
-use crate::cli::config_args::ConfigArgs;
-use crate::cli::platform::PlatformArgs;
-use crate::cli::progress::Progress;
-
-/// Arguments of `grpo run`.
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    #[command(flatten)]
-    platform: PlatformArgs,
-    #[command(flatten)]
-    config: ConfigArgs,
-    /// Continues the run in OUT from its newest checkpoint.
-    #[arg(long)]
-    resume: bool,
-}
+use crate::cli::train::{TrainArgs, train};
 
 /// Runs the configured GRPO fine-tuning.
-pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let (text, base) = args.config.text()?;
-    let mut config =
-        RunConfig::from_toml_at(&text, base).with_context(|| format!("in {}", args.config.config.display()))?;
-    if let Some(out) = &args.config.out {
-        config.logging.out = out.clone();
-    }
+pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
+    let (text, config) = args.config::<RunConfig>()?;
     let rewards = RewardsConfig::from_toml_str(&text)
         .context("the [[reward]] tables")?
         .build(&Registry::default())?;
     let client = args.platform.client()?;
-    let mut run = Run::grpo(&config, rewards, &client, args.resume)?;
-    let mut hooks = run.standard_hooks();
-    hooks.push(Box::new(Progress::new(config.trainer.max_steps)));
-    run.train(&mut hooks)?;
-    let out = &config.logging.out;
-    eprintln!(
-        "the final policy is in {}; metrics in {}, a plot in {}",
-        FinalModel::dir(out).display(),
-        MetricsLog::path(out).display(),
-        Plot::path(out).display()
-    );
-    Ok(())
+    train(Run::grpo(&config, rewards, &client, args.resume)?)
 }

@@ -6,45 +6,14 @@
 //! eval loss, `checkpoint-<step>/`, `final/`); `--resume` continues from
 //! the newest checkpoint.
 
-use anyhow::Context;
 use grpo_learner::config::sft::SftRunConfig;
-use grpo_learner::hooks::{FinalModel, MetricsLog};
 use grpo_learner::run::Run;
 
-use crate::cli::config_args::ConfigArgs;
-use crate::cli::platform::PlatformArgs;
-use crate::cli::progress::Progress;
-
-/// Arguments of `grpo sft`.
-#[derive(Debug, clap::Args)]
-pub struct SftArgs {
-    #[command(flatten)]
-    platform: PlatformArgs,
-    #[command(flatten)]
-    config: ConfigArgs,
-    /// Continues the run in OUT from its newest checkpoint.
-    #[arg(long)]
-    resume: bool,
-}
+use crate::cli::train::{TrainArgs, train};
 
 /// Runs the configured fine-tuning.
-pub fn run(args: &SftArgs) -> anyhow::Result<()> {
-    let (text, base) = args.config.text()?;
-    let mut config =
-        SftRunConfig::from_toml_at(&text, base).with_context(|| format!("in {}", args.config.config.display()))?;
-    if let Some(out) = &args.config.out {
-        config.logging.out = out.clone();
-    }
+pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
+    let (_, config) = args.config::<SftRunConfig>()?;
     let client = args.platform.client()?;
-    let mut run = Run::sft(&config, &client, args.resume)?;
-    let mut hooks = run.standard_hooks();
-    hooks.push(Box::new(Progress::new(config.trainer.max_steps)));
-    run.train(&mut hooks)?;
-    let out = &config.logging.out;
-    eprintln!(
-        "the fine-tuned model is in {}; metrics in {}",
-        FinalModel::dir(out).display(),
-        MetricsLog::path(out).display()
-    );
-    Ok(())
+    train(Run::sft(&config, &client, args.resume)?)
 }

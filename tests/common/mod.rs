@@ -84,3 +84,41 @@ pub fn run_ok(args: &[&str]) {
     let out = grpo_installed(args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Starts `grpo ARGS` (real cache folder) and kills it with SIGKILL as
+/// soon as `ready()` holds, which must happen while it still runs and
+/// within 15 minutes.
+pub fn kill_when(args: &[&str], ready: impl Fn() -> bool) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended too early");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(900),
+            "not ready in 15 minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run must still be working when it is killed"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Asserts that two checkpoint folders hold the same parameters, optimizer
+/// state and loop state, byte for byte.
+pub fn assert_same_checkpoint(a: &Path, b: &Path) {
+    for file in ["model.safetensors", "optimizer.safetensors", "trainer_state.json"] {
+        let (x, y) = (
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+        );
+        assert!(x == y, "{file} differs between {} and {}", a.display(), b.display());
+    }
+}

@@ -8,8 +8,7 @@ use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
 use super::{
-    CheckpointSection, ModelSection, OptimizerSection, invalid, learner_parallelism, not_toml, parallelism_kind,
-    parse_sections, read_text,
+    CheckpointSection, ConfigFile, ModelSection, OptimizerSection, invalid, learner_parallelism, parallelism_kind,
 };
 use crate::error::Result;
 use crate::sft::SftConfig;
@@ -129,28 +128,18 @@ impl Default for SftLoggingSection {
     }
 }
 
+impl ConfigFile for SftRunConfig {
+    fn validate(&self) -> Result<()> {
+        self.sft().map(drop)
+    }
+
+    fn rebase(&mut self, base: &Path) {
+        self.data.path = base.join(&self.data.path);
+        self.logging.out = base.join(&self.logging.out);
+    }
+}
+
 impl SftRunConfig {
-    /// Reads `path`; data and output paths become relative to its folder.
-    pub fn from_file(path: &Path) -> Result<SftRunConfig> {
-        Self::from_toml_at(&read_text(path)?, path.parent().unwrap_or(Path::new(".")))
-    }
-
-    /// Parses TOML text of a config file in folder `base` (relative data
-    /// and output paths are taken from there) and validates it.
-    pub fn from_toml_at(text: &str, base: &Path) -> Result<SftRunConfig> {
-        let mut config = Self::from_toml_str(text)?;
-        config.data.path = base.join(&config.data.path);
-        config.logging.out = base.join(&config.logging.out);
-        Ok(config)
-    }
-
-    /// Parses TOML text and validates it.
-    pub fn from_toml_str(text: &str) -> Result<SftRunConfig> {
-        let config: SftRunConfig = parse_sections(text.parse().map_err(not_toml)?)?;
-        config.sft()?;
-        Ok(config)
-    }
-
     /// The loop's settings, checked.
     pub fn sft(&self) -> Result<SftConfig> {
         let t = &self.trainer;

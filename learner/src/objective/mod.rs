@@ -10,10 +10,20 @@
 //!   completions and their advantages.
 //! - [`sft::SftObjective`]: the mean NLL of completion tokens.
 //!
-//! Adding a third (DPO, reward-model training, …) is one new file here:
-//! its micro-batch inputs and traced loss as an `Objective`, beside the
-//! task that makes its batches each step (as [`crate::sft::SftTask`]
-//! packs prompt/completion pairs), plus its config section.
+//! Adding a third (DPO, reward-model training, …) takes one file for the
+//! objective and one for its task, plus its config section:
+//! - `objective/dpo.rs`: its micro-batch inputs and traced loss as an
+//!   [`Objective`] (as [`sft::SftObjective`] is);
+//! - `dpo.rs`: the [`crate::trainer::Task`] that makes its batches each
+//!   step and evaluates (as [`crate::sft::SftTask`] packs prompt/completion
+//!   pairs), and its `Trainer::dpo` constructor;
+//! - `config/dpo.rs`: its [`crate::config::ConfigFile`];
+//! - `Run::dpo` in [`crate::run`], built like `Run::sft` (the model or the
+//!   checkpoint, the data, the mesh, then `Run::assemble`);
+//! - the CLI: a subcommand that parses the config and calls `train(Run::dpo(…)?)`.
+//!
+//! The learner, checkpoints and `--resume`, SPMD, the hooks and the metrics
+//! log come with it.
 
 pub mod grpo;
 pub mod sft;

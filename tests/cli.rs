@@ -1,5 +1,6 @@
 //! The `grpo` binary end to end: devices, the matmul benchmark, the disk
-//! compile cache across processes, and errors for bad choices.
+//! compile cache across processes, errors for bad choices, and two
+//! `grpo setup`s at once into an empty cache folder.
 
 mod common;
 
@@ -224,4 +225,39 @@ fn generate_with_the_chat_template_matches_transformers_greedy() {
     let bad = grpo_installed(&["generate", "--prompt", "x", "--top-p", "0"]);
     let message = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && message.contains("top_p"), "{message}");
+}
+
+#[test]
+fn two_setups_at_once_into_an_empty_cache_folder_both_succeed() {
+    let cache = tempfile::tempdir().unwrap();
+    let setup = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_grpo"))
+            .arg("setup")
+            .env("GRPO_CACHE_DIR", cache.path())
+            .env_remove("GRPO_PJRT_PLUGIN")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (first, second) = (setup(), setup());
+    for child in [first, second] {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("smollm2-135m-instruct ready"));
+    }
+    let model = cache.path().join("models/smollm2-135m-instruct");
+    assert!(model.join("config.json").is_file() && model.join("model.safetensors").is_file());
+    let leftovers: Vec<_> = std::fs::read_dir(cache.path().join("plugins"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("installing"))
+        .collect();
+    assert!(leftovers.is_empty(), "no staging folder left: {leftovers:?}");
 }

@@ -35,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::fleet::EngineParts;
 use crate::grpo::{GrpoParts, GrpoTask};
 use crate::hooks::{Checkpoints, Evaluation, FinalModel, Hook, MetricsLog, Plot, RolloutFile, RunContext};
+use crate::schedule::Schedule;
 use crate::sft::{SftParts, SftTask, encode_examples};
 use crate::trainer::{StepRecord, Task, Trainer};
 
@@ -115,6 +116,13 @@ impl Start {
     }
 }
 
+/// Warns when the run is shorter than its learning-rate warm-up.
+fn warn_if_cut_short(schedule: &Schedule) {
+    if let Some(warning) = schedule.cut_short() {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// The checkpoint to resume from, or `None` for a new run; a new run
 /// refuses an output folder that already holds one.
 pub fn resume_point(out: &Path, resume: bool) -> Result<Option<PathBuf>> {
@@ -141,6 +149,7 @@ impl Run<GrpoTask> {
     /// its output folder with `resume`.
     pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
         let grpo = config.grpo()?;
+        warn_if_cut_short(&grpo.schedule);
         let plan = config.fleet()?;
         let out = config.logging.out.clone();
         let start = Start::open(&config.model.name, &out, resume)?;
@@ -198,6 +207,7 @@ impl Run<SftTask> {
     /// continuing the run in its output folder with `resume`.
     pub fn sft(config: &SftRunConfig, client: &Client, resume: bool) -> Result<Self> {
         let mut sft = config.sft()?;
+        warn_if_cut_short(&sft.schedule);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model.name, &out, resume)?;
         sft.max_length = sft.max_length.min(start.model.config.max_positions);

@@ -5,7 +5,10 @@
 //! - `Cosine`: `½ (1 + cos(π · progress))`, progress from 0 after the
 //!   warm-up to 1 at `total`.
 //!
-//! The rate is an input of the train step, so a schedule never recompiles.
+//! A run shorter than its warm-up is cut short, as transformers' schedulers
+//! are: the rate only ramps for the steps that run ([`Schedule::cut_short`]
+//! says so, for a warning). The rate is an input of the train step, so a
+//! schedule never recompiles.
 
 use crate::error::{Error, Result};
 
@@ -43,13 +46,28 @@ impl Schedule {
                 message: format!("{} must be > 0", self.lr),
             });
         }
-        if self.total == 0 || self.warmup > self.total {
+        if self.total == 0 {
             return Err(Error::Config {
-                field: "warmup_steps",
-                message: format!("{} warm-up steps do not fit a run of {} steps", self.warmup, self.total),
+                field: "max_steps",
+                message: "0: a schedule needs at least one step".to_string(),
             });
         }
         Ok(())
+    }
+
+    /// What is wrong with a run shorter than its warm-up (its rate never
+    /// reaches the peak), for a warning; `None` when the schedule fits.
+    pub fn cut_short(&self) -> Option<String> {
+        (self.warmup > self.total).then(|| {
+            format!(
+                "{} warm-up steps are more than the run's {}: the schedule is cut short, its last step's rate \
+                 {:.3e} of the peak {:.3e}",
+                self.warmup,
+                self.total,
+                self.at(self.total - 1),
+                self.lr
+            )
+        })
     }
 
     /// The rate of (0-based) step `step`.

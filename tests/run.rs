@@ -188,6 +188,9 @@ fn bad_configs_are_refused_naming_the_key() {
         ("checkpoint.every=-1", "every"),
         ("trainer.parallelism=\"tensor\"", "trainer.parallelism"),
         ("trainer.parallelism=\"fsdp\"", "trainer.devices"),
+        ("rollout.worker_timeout_s=1e30", "rollout.worker_timeout_s"),
+        ("rollout.heartbeat_s=nan", "rollout.heartbeat_s"),
+        ("rollout.max_completion_tokens=32", "no room for a prompt"),
     ] {
         let out = grpo_installed(&["run", config, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -7,12 +7,11 @@
 
 pub mod sft;
 
+use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use serde::Deserialize;
-
+use grpo_reward::config::{MAX_SECONDS, duration};
 use grpo_rollout::worker::{PushOptions, WireDtype};
 use grpo_xla::ElementType;
 use grpo_xla::trace::{AdamW, Parallelism};
@@ -560,11 +559,12 @@ impl RunConfig {
             &[("f32", WireDtype::F32), ("bf16", WireDtype::Bf16)],
         )?;
         let seconds = |field: &'static str, value: f64| {
-            if value.is_finite() && value > 0.0 {
-                Ok(Duration::from_secs_f64(value))
-            } else {
-                Err(invalid(field, format!("{value}: a number of seconds > 0")))
-            }
+            duration(value).filter(|_| value > 0.0).ok_or_else(|| {
+                invalid(
+                    field,
+                    format!("{value}: a number of seconds above 0, at most {MAX_SECONDS}"),
+                )
+            })
         };
         let config = FleetConfig {
             push: PushOptions {
@@ -627,6 +627,15 @@ impl RunConfig {
                 format!(
                     "{}: must be > 0 (a group's samples must differ; the learner scores them at this temperature)",
                     r.temperature
+                ),
+            ));
+        }
+        if r.max_completion_tokens >= r.max_model_len {
+            return Err(invalid(
+                "rollout.max_completion_tokens",
+                format!(
+                    "{} leaves no room for a prompt within rollout.max_model_len = {}: lower it or raise max_model_len",
+                    r.max_completion_tokens, r.max_model_len
                 ),
             ));
         }

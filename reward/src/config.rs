@@ -239,21 +239,43 @@ impl RewardConfig {
 
     /// Builds the entry: the reward and its weight, timeout and fault policy.
     pub fn build(&self, registry: &Registry) -> Result<Entry> {
-        if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) {
+        let timeout = duration(self.timeout_s)
+            .filter(|_| self.timeout_s > 0.0)
+            .ok_or_else(|| {
+                config_error(format!(
+                    "reward {}: timeout_s must be above 0 and at most {MAX_SECONDS} seconds, not {}",
+                    self.name(),
+                    self.timeout_s
+                ))
+            })?;
+        if !self.weight.is_finite() {
             return Err(config_error(format!(
-                "reward {}: timeout_s must be positive",
-                self.name()
+                "reward {}: weight must be a finite number, not {}",
+                self.name(),
+                self.weight
             )));
         }
         Ok(Entry {
             name: self.name().into(),
             weight: self.weight,
-            timeout: Duration::from_secs_f64(self.timeout_s),
+            timeout,
             on_error: self.on_error,
             reward: self.build_reward(registry)?,
             metrics: RewardMetrics::default(),
         })
     }
+}
+
+/// The longest time a config may give, in seconds (about 11.6 days):
+/// longer values are refused rather than overflowing a `Duration`.
+pub const MAX_SECONDS: f64 = 1e6;
+
+/// `value` seconds as a duration when it is a number from 0 to
+/// [`MAX_SECONDS`]; `None` for anything else (negative, NaN, infinite, too long).
+pub fn duration(value: f64) -> Option<Duration> {
+    (0.0..=MAX_SECONDS)
+        .contains(&value)
+        .then(|| Duration::from_secs_f64(value))
 }
 
 /// Builds a registered reward from its table's own keys.

@@ -68,6 +68,33 @@ fn bad_configs_name_what_is_wrong() {
         ("[[reward]]\ntype = \"judge\"", "unknown type `judge`"),
         ("[[reward]]\ntype = \"math\"\non_error = \"ignore\"", "ignore"),
         ("[[reward]]\ntype = \"math\"\ntimeout_s = 0.0", "timeout_s"),
+        // No value panics converting to a duration or poisons the total.
+        (
+            "[[reward]]\ntype = \"math\"\ntimeout_s = 1e30",
+            "at most 1000000 seconds",
+        ),
+        ("[[reward]]\ntype = \"math\"\ntimeout_s = inf", "timeout_s"),
+        ("[[reward]]\ntype = \"math\"\ntimeout_s = nan", "timeout_s"),
+        (
+            "[[reward]]\ntype = \"math\"\nweight = nan",
+            "weight must be a finite number",
+        ),
+        (
+            "[[reward]]\ntype = \"math\"\nweight = -inf",
+            "weight must be a finite number",
+        ),
+        (
+            "[[reward]]\ntype = \"command\"\ncommand = [\"true\"]\nmax_restart_backoff_s = 1e30",
+            "max_restart_backoff_s",
+        ),
+        (
+            "[[reward]]\ntype = \"http\"\nurl = \"http://x\"\nattempt_timeout_s = 1e30",
+            "attempt_timeout_s",
+        ),
+        (
+            "[[reward]]\ntype = \"http\"\nurl = \"http://x\"\nbackoff_s = nan",
+            "backoff_s",
+        ),
         ("[[reward]]\ntype = \"regex\"", "pattern"),
         ("[[reward]]\ntype = \"regex\"\npattern = \"(\"", "bad regex"),
         (

@@ -29,6 +29,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Mutex;
 
+use crate::config::{MAX_SECONDS, duration};
 use crate::{BoxFuture, Error, Result, Reward, Sample, Score};
 
 /// The Python helper that runs a user's `reward(prompt, completion, **row)`.
@@ -87,15 +88,19 @@ impl CommandConfig {
                 )));
             }
         };
-        if !(self.restart_backoff_s >= 0.0 && self.max_restart_backoff_s >= self.restart_backoff_s) {
-            return Err(Error::Config(format!(
-                "reward {name}: need 0 <= restart_backoff_s <= max_restart_backoff_s"
-            )));
-        }
+        let (backoff, max_backoff) = match (duration(self.restart_backoff_s), duration(self.max_restart_backoff_s)) {
+            (Some(backoff), Some(max)) if backoff <= max => (backoff, max),
+            _ => {
+                return Err(Error::Config(format!(
+                    "reward {name}: need 0 <= restart_backoff_s <= max_restart_backoff_s <= {MAX_SECONDS}, not {} and {}",
+                    self.restart_backoff_s, self.max_restart_backoff_s
+                )));
+            }
+        };
         Ok(CommandReward {
             argv,
-            backoff: Duration::from_secs_f64(self.restart_backoff_s),
-            max_backoff: Duration::from_secs_f64(self.max_restart_backoff_s),
+            backoff,
+            max_backoff,
             state: Mutex::new(State::default()),
         })
     }

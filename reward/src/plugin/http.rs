@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
+use crate::config::{MAX_SECONDS, duration};
 use crate::{BoxFuture, Error, Result, Reward, Sample, Score};
 
 /// `[[reward]] type = "http"` keys.
@@ -57,17 +58,21 @@ impl HttpConfig {
     /// Builds the plug-in; `name` labels errors.
     pub fn build(&self, name: &str) -> Result<HttpReward> {
         let bad = |what: String| Error::Config(format!("reward {name}: {what}"));
-        if !(self.attempt_timeout_s > 0.0 && self.backoff_s >= 0.0) {
-            return Err(bad(
-                "attempt_timeout_s must be positive and backoff_s not negative".into()
-            ));
-        }
+        let (Some(attempt_timeout), Some(backoff)) = (
+            duration(self.attempt_timeout_s).filter(|_| self.attempt_timeout_s > 0.0),
+            duration(self.backoff_s),
+        ) else {
+            return Err(bad(format!(
+                "attempt_timeout_s must be above 0 and backoff_s at least 0, both at most {MAX_SECONDS} seconds, not {} and {}",
+                self.attempt_timeout_s, self.backoff_s
+            )));
+        };
         let token = match &self.bearer_token_env {
             Some(var) => Some(std::env::var(var).map_err(|_| bad(format!("environment variable {var} is not set")))?),
             None => None,
         };
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs_f64(self.attempt_timeout_s))
+            .timeout(attempt_timeout)
             .build()
             .map_err(|e| bad(e.to_string()))?;
         Ok(HttpReward {
@@ -75,7 +80,7 @@ impl HttpConfig {
             url: self.url.clone(),
             token,
             retries: self.retries,
-            backoff: Duration::from_secs_f64(self.backoff_s),
+            backoff,
             permits: Semaphore::new(self.max_concurrency.max(1)),
         })
     }

@@ -22,13 +22,17 @@ PY=$VENV/bin/python
 PYTHON=${PYTHON:-python3} # makes the venv
 
 if [[ ! -x $PY ]]; then
-    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 9))' || {
-        echo "test-venv.sh: the openai client needs Python >= 3.9; set PYTHON to one" >&2
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+        echo "test-venv.sh: the pinned pandas and pyarrow need Python >= 3.11 ($("$PYTHON" --version 2>&1) found); set PYTHON to a newer one" >&2
         exit 1
     }
     echo "== test venv: creating $VENV" >&2
     mkdir -p "$CACHE"
-    "$PYTHON" -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV" || {
+        rm -rf "$VENV"
+        echo "test-venv.sh: $PYTHON cannot make a venv; on Debian or Ubuntu: apt-get install python3-venv" >&2
+        exit 1
+    }
 fi
 
 STAMP=$VENV/.grpo-test-packages

@@ -253,3 +253,18 @@ fn generating_ahead_logs_each_batch_with_the_version_that_sampled_it() {
         .collect();
     assert_eq!(staleness, [0, 1, 1, 1]);
 }
+
+#[test]
+fn trl_key_names_work_and_out_overrides_output_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(
+        dir.path(),
+        "max_steps = 1\neval_steps = 0\n\n[checkpoint]\nsave_steps = 0",
+    );
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("out = \"out\"", "output_dir = \"elsewhere\"")).unwrap();
+    let out = dir.path().join("given");
+    run_ok(&["run", config.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(lines(&out.join("metrics.jsonl")).len(), 1, "one step, no eval");
+    assert!(!dir.path().join("elsewhere").exists(), "--out wins over output_dir");
+}

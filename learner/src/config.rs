@@ -117,10 +117,12 @@ fn default_prompt_column() -> String {
 #[serde(deny_unknown_fields, default)]
 pub struct RolloutSection {
     /// Samples per prompt (G ≥ 2). Default 8.
+    #[serde(alias = "num_generations")]
     pub group_size: usize,
     /// Prompts per step. Default 8.
     pub prompts_per_step: usize,
     /// Most completion tokens. Default 32.
+    #[serde(alias = "max_completion_length")]
     pub max_completion_tokens: usize,
     /// Sampling temperature (> 0); the learner scores the samples at it
     /// too (TRL's semantics). Default 1.0.
@@ -236,12 +238,14 @@ impl Default for AlgorithmSection {
 #[serde(deny_unknown_fields, default)]
 pub struct OptimizerSection {
     /// Peak learning rate. Default 1e-6.
+    #[serde(alias = "learning_rate")]
     pub lr: f64,
     /// AdamW weight decay. Default 0.0.
     pub weight_decay: f64,
     /// Warm-up steps. Default 0.
     pub warmup_steps: usize,
     /// "constant" (default), "linear" or "cosine".
+    #[serde(alias = "lr_scheduler_type")]
     pub schedule: String,
     /// Global gradient-norm clipping (0 disables). Default 1.0.
     pub max_grad_norm: f64,
@@ -302,6 +306,7 @@ pub struct TrainerSection {
     /// Steps of the run. Default 100.
     pub max_steps: usize,
     /// Samples per micro-batch. Default 16.
+    #[serde(alias = "per_device_train_batch_size")]
     pub micro_batch_size: usize,
     /// Let a group's samples share one copy of their prompt in a row of the
     /// train step when that costs fewer FLOPs (see [`crate::batch`]).
@@ -312,6 +317,7 @@ pub struct TrainerSection {
     pub compute_dtype: String,
     /// Greedy eval on the held-out rows before the first step, every this
     /// many steps and after the last (0: never). Default 10.
+    #[serde(alias = "eval_steps")]
     pub eval_every: usize,
     /// How the learner spans devices: "none" (one device; default), "data"
     /// or "fsdp" (see [`learner_parallelism`]).
@@ -384,8 +390,10 @@ pub fn learner_parallelism(kind: &str, devices: usize, available: usize) -> Resu
 pub struct CheckpointSection {
     /// Write `OUT/checkpoint-<step>/` every this many steps and after the
     /// last (0: only the final policy). Default 20.
+    #[serde(alias = "save_steps")]
     pub every: usize,
     /// Keep the newest this many checkpoints, deleting older ones (0: all). Default 3.
+    #[serde(alias = "save_total_limit")]
     pub keep_last: usize,
 }
 
@@ -403,6 +411,7 @@ impl Default for CheckpointSection {
 #[serde(deny_unknown_fields, default)]
 pub struct LoggingSection {
     /// The output folder (metrics.jsonl, final/), relative to the config file. Default "runs/grpo".
+    #[serde(alias = "output_dir")]
     pub out: PathBuf,
 }
 

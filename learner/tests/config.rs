@@ -141,3 +141,24 @@ fn the_learner_spans_the_devices_its_parallelism_asks_for() {
         assert!(err.contains(key), "{kind} over {devices} of {available}: {err}");
     }
 }
+
+#[test]
+fn trl_names_are_aliases_and_both_names_at_once_are_refused() {
+    let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
+    let ours = "[rollout]\ngroup_size = 4\nmax_completion_tokens = 64\n[optimizer]\nlr = 2e-5\nschedule = \"cosine\"\n\
+                [trainer]\nmicro_batch_size = 8\neval_every = 5\n[checkpoint]\nevery = 7\nkeep_last = 2\n\
+                [logging]\nout = \"o\"\n";
+    let trl = "[rollout]\nnum_generations = 4\nmax_completion_length = 64\n\
+               [optimizer]\nlearning_rate = 2e-5\nlr_scheduler_type = \"cosine\"\n\
+               [trainer]\nper_device_train_batch_size = 8\neval_steps = 5\n\
+               [checkpoint]\nsave_steps = 7\nsave_total_limit = 2\n[logging]\noutput_dir = \"o\"\n";
+    let parse = |extra: &str| RunConfig::from_toml_str(&format!("{base}{extra}"));
+    assert_eq!(
+        format!("{:#?}", parse(trl).unwrap()),
+        format!("{:#?}", parse(ours).unwrap())
+    );
+    let both = parse("[rollout]\ngroup_size = 4\nnum_generations = 4\n")
+        .unwrap_err()
+        .to_string();
+    assert!(both.contains("duplicate field `group_size`"), "{both}");
+}

@@ -46,7 +46,14 @@ impl TrainArgs {
         }
         if let Some(out) = &self.out {
             let out = std::path::absolute(out).with_context(|| format!("--out {}", out.display()))?;
-            overrides.push(format!("logging.out={}", toml_string(&out)));
+            // Under the name the file uses (TRL's `output_dir` is an alias).
+            let trl_name = text
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|t| t.get("logging")?.get("output_dir").cloned())
+                .is_some();
+            let key = if trl_name { "output_dir" } else { "out" };
+            overrides.push(format!("logging.{key}={}", toml_string(&out)));
         }
         let text = with_overrides(&text, &overrides)?;
         let base = self.config.parent().unwrap_or(Path::new("."));

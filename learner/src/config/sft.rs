@@ -76,9 +76,11 @@ pub struct SftTrainerSection {
     pub batch_size: usize,
     /// Sequences per micro-batch (gradients accumulate over
     /// `ceil(batch_size / micro_batch_size)` of them). Default 8.
+    #[serde(alias = "per_device_train_batch_size")]
     pub micro_batch_size: usize,
     /// The eval loss on the held-out rows before the first step, every this
     /// many steps and after the last (0: never). Default 10.
+    #[serde(alias = "eval_steps")]
     pub eval_every: usize,
     /// Longest prompt + completion in tokens; longer completions are cut
     /// (TRL's `max_length`), capped by the model's positions. Default 1024.
@@ -117,6 +119,7 @@ impl Default for SftTrainerSection {
 pub struct SftLoggingSection {
     /// The output folder (metrics.jsonl, final/), relative to the config
     /// file. Default "runs/sft".
+    #[serde(alias = "output_dir")]
     pub out: PathBuf,
 }
 

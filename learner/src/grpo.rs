@@ -433,7 +433,7 @@ fn rollout_rows(step: usize, drawn: &Drawn, rewards: &[Option<f32>], advantages:
 impl GrpoTask {
     /// Greedy completions of the held-out prompts (one each, at most
     /// `max_completion_tokens`), scored by the rewards.
-    pub fn greedy_eval(&mut self) -> Result<EvalReport> {
+    fn greedy_eval(&mut self) -> Result<EvalReport> {
         let started = Instant::now();
         let collected = self.rollouts.evaluate(&self.eval, self.config.max_completion_tokens)?;
         let rewards = collected.rewards();

@@ -92,11 +92,6 @@ impl<O: Objective> Learner<O> {
         })
     }
 
-    /// The objective it trains toward.
-    pub fn objective(&self) -> &O {
-        &self.objective
-    }
-
     /// The devices it spans.
     pub fn mesh(&self) -> &Mesh {
         &self.mesh
@@ -110,11 +105,6 @@ impl<O: Objective> Learner<O> {
     /// Its parameters and optimizer state.
     pub fn state(&self) -> &TrainState {
         &self.state
-    }
-
-    /// The device client.
-    pub fn client(&self) -> &Client {
-        &self.client
     }
 
     /// One optimizer step at learning rate `lr` over `micro_batches` of

@@ -316,11 +316,6 @@ impl<T: Task> Run<T> {
         hooks.iter_mut().try_for_each(|hook| hook.on_step(self, record))
     }
 
-    /// The trainer.
-    pub fn trainer(&self) -> &Trainer<T> {
-        &self.trainer
-    }
-
     /// The output folder.
     pub fn out(&self) -> &Path {
         &self.out

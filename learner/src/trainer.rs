@@ -148,11 +148,6 @@ impl<T: Task> Trainer<T> {
         &self.learner
     }
 
-    /// The task.
-    pub fn task(&self) -> &T {
-        &self.task
-    }
-
     /// The current parameters as named f32 host tensors (the decoder's order).
     pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
         self.learner.host_params()

@@ -192,11 +192,14 @@ enum Programs {
     /// (params, acc, batch) → (acc + grads, loss, metrics…)` with the
     /// accumulator donated, `apply (params, state, acc, lr, scale) →
     /// (params', state', grad_norm)` with parameters and state donated.
-    Accumulating {
-        first: Executable,
-        accumulate: Executable,
-        apply: Executable,
-    },
+    Accumulating(Accumulation),
+}
+
+/// The three programs of an accumulating step.
+struct Accumulation {
+    first: Executable,
+    accumulate: Executable,
+    apply: Executable,
 }
 
 /// A compiled training step on a mesh.
@@ -247,11 +250,6 @@ impl TrainStep {
         &self.layout.batch
     }
 
-    /// Names and types (whole, unsharded) of the optimizer state tensors.
-    pub fn optimizer_state_spec(&self) -> &[(String, TensorType)] {
-        &self.state_spec
-    }
-
     /// A training state from parameters laid out as
     /// [`TrainStep::param_shardings`], with zeroed optimizer state (each
     /// device allocates only its shards).
@@ -271,7 +269,9 @@ impl TrainStep {
     pub fn step(&self, state: &mut TrainState, micro_batches: &[Vec<&ShardedBuffer>], lr: f32) -> Result<StepMetrics> {
         match (&self.programs, micro_batches) {
             (Programs::Whole(program), [batch]) => self.run_whole(program, state, batch, lr),
-            (Programs::Accumulating { .. }, [_, ..]) => self.run_accumulating(state, micro_batches, lr),
+            (Programs::Accumulating(programs), [first, rest @ ..]) => {
+                self.run_accumulating(programs, state, (first, rest), lr)
+            }
             (Programs::Whole(_), _) => Err(Error::Trace {
                 op: "train_step",
                 message: format!(
@@ -279,7 +279,7 @@ impl TrainStep {
                     micro_batches.len()
                 ),
             }),
-            (Programs::Accumulating { .. }, []) => Err(Error::Trace {
+            (Programs::Accumulating(_), []) => Err(Error::Trace {
                 op: "train_step",
                 message: "needs at least one micro-batch".to_string(),
             }),
@@ -318,28 +318,25 @@ impl TrainStep {
         })
     }
 
-    /// The accumulation programs over `micro_batches` (at least one).
+    /// The accumulation programs over the micro-batches `(first, rest)`.
     fn run_accumulating(
         &self,
-        state: &mut TrainState,
-        micro_batches: &[Vec<&ShardedBuffer>],
-        lr: f32,
-    ) -> Result<StepMetrics> {
-        let Programs::Accumulating {
+        Accumulation {
             first,
             accumulate,
             apply,
-        } = &self.programs
-        else {
-            return Err(Error::unexpected("train_step", "not an accumulating step"));
-        };
+        }: &Accumulation,
+        state: &mut TrainState,
+        (first_batch, rest): (&Vec<&ShardedBuffer>, &[Vec<&ShardedBuffer>]),
+        lr: f32,
+    ) -> Result<StepMetrics> {
         let read_all = |arrays: &[ShardedBuffer]| arrays.iter().map(read).collect::<Result<Vec<_>>>();
         let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
-        args.extend(micro_batches[0].iter().map(|&b| Arg::Borrow(b)));
+        args.extend(first_batch.iter().map(|&b| Arg::Borrow(b)));
         let mut acc = first.execute_sharded(&args)?;
         let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
         let mut loss_sum = read(&acc.pop().expect("loss output"))?;
-        for batch in &micro_batches[1..] {
+        for batch in rest {
             let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
             args.extend(acc.iter().map(Arg::Donate));
             args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
@@ -349,7 +346,7 @@ impl TrainStep {
             loss_sum += read(&out.pop().expect("loss output"))?;
             acc = out;
         }
-        let count = micro_batches.len() as f32;
+        let count = (1 + rest.len()) as f32;
         let lr = self.scalar(apply, lr)?;
         let scale = self.scalar(apply, 1.0 / count)?;
         let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Donate).collect();
@@ -450,11 +447,11 @@ fn accumulation_programs(
     let apply = build(&graph, &outputs)?.donate_range(0..n + state_spec.len())?;
     let apply = layout.partition(apply, &[p, s, p, &scalars(2)], &[p, s, &scalars(1)])?; // … lr, scale → … grad_norm
 
-    let programs = Programs::Accumulating {
+    let programs = Programs::Accumulating(Accumulation {
         first: first.compile(client)?,
         accumulate: accumulate.compile(client)?,
         apply: apply.compile(client)?,
-    };
+    });
     Ok((programs, metrics))
 }
 

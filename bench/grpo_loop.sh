@@ -130,7 +130,7 @@ with open(path, encoding="utf-8") as f:
                               **{k: m[k] for k in SPLIT if k in m}}))
         if "eval_accuracy" in m:
             print(json.dumps({**base, "eval_step": m["step"], "eval_accuracy": m["eval_accuracy"],
-                              "eval_time": m.get("eval_time")}))
+                              "eval_time": m.get("eval_runtime")}))
 PYTHON
     rm -rf "$out" # its final policy alone is ~540 MB
 }

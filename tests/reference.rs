@@ -23,20 +23,22 @@ use common::{lines, run_ok, tiny_model, tiny_run};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-/// The metrics a GRPO step line is compared on.
+/// The metrics a GRPO step line is compared on (recorded under grpo's
+/// earlier names: `mean_length`, `clipped_ratio`, `clip_ratio_low`,
+/// `clip_ratio_high`; the fixtures were renamed, their values kept).
 const GRPO_METRICS: &[&str] = &[
     "step",
     "reward",
     "reward_std",
     "frac_reward_zero_std",
-    "mean_length",
-    "clipped_ratio",
+    "completions/mean_length",
+    "completions/clipped_ratio",
     "loss",
     "grad_norm",
     "learning_rate",
     "entropy",
-    "clip_ratio_low",
-    "clip_ratio_high",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
     "kl",
     "trained_samples",
 ];

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{grpo_installed, lines, run_ok, tiny_run};
 use grpo_learner::record::read_rollouts;
+use serde_json::Value;
 
 #[test]
 fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() {
@@ -44,9 +45,44 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
             "kl",
             "fleet_members",
             "fleet_ready",
+            "completions/mean_length",
+            "completions/min_length",
+            "completions/max_length",
+            "completions/clipped_ratio",
+            "completions/mean_terminated_length",
+            "clip_ratio/low_mean",
+            "clip_ratio/high_mean",
+            "clip_ratio/region_mean",
+            "rewards/regex/mean",
+            "rewards/regex/std",
+            "num_tokens",
+            "epoch",
         ] {
             assert!(line[key].as_f64().is_some_and(f64::is_finite), "{key} in {line}");
         }
+    }
+    for (before, line) in metrics[1..].iter().zip(&metrics[2..]) {
+        let f = |l: &Value, k: &str| l[k].as_f64().unwrap();
+        // 2 prompts × 2 samples, each counting its prompt and ≤ 4 completion tokens.
+        let added = f(line, "num_tokens") - f(before, "num_tokens");
+        assert!(added >= 4.0 * (1.0 + f(line, "completions/min_length")), "{line}");
+        // 2 prompts per step of 10 training rows (12 less the eval's 2).
+        assert!((f(line, "epoch") - f(before, "epoch") - 0.2).abs() < 1e-12, "{line}");
+    }
+    for line in &metrics[1..] {
+        let f = |k: &str| line[k].as_f64().unwrap();
+        assert_eq!(f("rewards/regex/mean"), f("reward"), "one reward of weight 1: {line}");
+        assert!((f("clip_ratio/region_mean") - f("clip_ratio/low_mean") - f("clip_ratio/high_mean")).abs() < 1e-12);
+        assert!(f("completions/min_length") <= f("completions/mean_length"));
+        assert!(f("completions/mean_length") <= f("completions/max_length"));
+    }
+    for key in [
+        "eval_completions/mean_length",
+        "eval_runtime",
+        "eval_rewards/regex/mean",
+        "eval_reward",
+    ] {
+        assert!(metrics[0][key].as_f64().is_some(), "{key} in {}", metrics[0]);
     }
     let evals: Vec<u64> = metrics
         .iter()
@@ -106,6 +142,7 @@ fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) ->
         out.join("checkpoint-4").is_dir()
     });
     assert!(!out.join("final").exists());
+    written_under_old_names(&out.join("metrics.jsonl"));
 
     run_ok(&[&["run", config.to_str().unwrap(), "--resume"], args].concat());
     let before = std::fs::read(killed.path().join("tiny/model.safetensors")).unwrap();
@@ -119,19 +156,51 @@ fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) ->
         rows(&whole.path().join("out")),
         "no rollout row lost or repeated"
     );
-    let steps = |dir: &Path| -> Vec<(u64, f64)> {
+    // Each step logged once, the same, under one set of names (the lines
+    // kept from before the kill renamed), the token count carried on.
+    let steps = |dir: &Path| -> Vec<(Vec<String>, [Value; 5])> {
         lines(&dir.join("metrics.jsonl"))
             .iter()
             .filter(|l| l.get("reward").is_some())
-            .map(|l| (l["step"].as_u64().unwrap(), l["reward"].as_f64().unwrap()))
+            .map(|l| {
+                let keys = l.as_object().unwrap().keys().cloned().collect();
+                let values = ["step", "reward", "num_tokens", "epoch", "completions/mean_length"].map(|k| l[k].clone());
+                (keys, values)
+            })
             .collect()
     };
-    assert_eq!(
-        steps(&out),
-        steps(&whole.path().join("out")),
-        "each step logged once, the same"
-    );
+    assert_eq!(steps(&out), steps(&whole.path().join("out")));
     whole
+}
+
+/// Rewrites a run's `metrics.jsonl` with the metric names grpo wrote
+/// before it took TRL's, as a run of an older grpo left it.
+fn written_under_old_names(path: &Path) {
+    let old = [
+        ("completions/mean_length", "mean_length"),
+        ("completions/clipped_ratio", "clipped_ratio"),
+        ("clip_ratio/low_mean", "clip_ratio_low"),
+        ("clip_ratio/high_mean", "clip_ratio_high"),
+        ("eval_completions/mean_length", "eval_mean_length"),
+        ("eval_runtime", "eval_time"),
+    ];
+    let text: String = lines(path)
+        .into_iter()
+        .map(|line| {
+            let renamed: serde_json::Map<String, Value> = line
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| match old.iter().find(|(new, _)| new == k) {
+                    Some((_, was)) => (was.to_string(), v.clone()),
+                    None => (k.clone(), v.clone()),
+                })
+                .collect();
+            format!("{}\n", Value::Object(renamed))
+        })
+        .collect();
+    assert!(text.contains("\"clip_ratio_low\""), "{text}");
+    std::fs::write(path, text).unwrap();
 }
 
 /// The shared settings of the resume tests: 8 steps, checkpoints every 4,
@@ -184,13 +253,17 @@ fn bad_configs_are_refused_naming_the_key() {
         ("rollout.group_size=1", "group_size"),
         ("optimizer.lr=0.0", "lr"),
         ("trainer.typo=3", "typo"),
-        ("algorithm.loss_type=\"ppo\"", "loss_type"),
+        (
+            "algorithm.loss_type=\"ppo\"",
+            "`algorithm.loss_type`: unknown variant `ppo`, expected one of",
+        ),
         ("checkpoint.every=-1", "every"),
         ("trainer.parallelism=\"tensor\"", "trainer.parallelism"),
         ("trainer.parallelism=\"fsdp\"", "trainer.devices"),
         ("rollout.worker_timeout_s=1e30", "rollout.worker_timeout_s"),
         ("rollout.heartbeat_s=nan", "rollout.heartbeat_s"),
-        ("rollout.max_completion_tokens=32", "no room for a prompt"),
+        ("rollout.max_completion_tokens=32", "below rollout.max_model_len = 32"),
+        ("rollout.max_completion_tokens=30", "the longest prompt"),
     ] {
         let out = grpo_installed(&["run", config, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -267,4 +340,45 @@ fn trl_key_names_work_and_out_overrides_output_dir() {
     run_ok(&["run", config.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(lines(&out.join("metrics.jsonl")).len(), 1, "one step, no eval");
     assert!(!dir.path().join("elsewhere").exists(), "--out wins over output_dir");
+}
+
+/// The zeros the config sweep (`learner/tests/config.rs`) takes — "none",
+/// "never", "all", a seed — run together for a step; a run of 0 steps
+/// evaluates the start and writes the final folder.
+#[test]
+fn every_zero_the_config_takes_runs() {
+    let zeros = [
+        "algorithm.beta=0",
+        "checkpoint.every=0",
+        "checkpoint.keep_last=0",
+        "data.eval_size=0",
+        "data.seed=0",
+        "optimizer.max_grad_norm=0",
+        "optimizer.warmup_steps=0",
+        "optimizer.weight_decay=0",
+        "rollout.max_staleness=0",
+        "rollout.seed=0",
+        "trainer.devices=0",
+        "trainer.eval_every=0",
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 1");
+    let sets: Vec<String> = zeros
+        .iter()
+        .flat_map(|z| ["--set".to_string(), z.to_string()])
+        .collect();
+    let args: Vec<&str> = sets.iter().map(String::as_str).collect();
+    run_ok(&[&["run", config.to_str().unwrap()], args.as_slice()].concat());
+    let out = dir.path().join("out");
+    assert_eq!(lines(&out.join("metrics.jsonl")).len(), 1, "one step, no eval");
+    assert!(out.join("final").is_dir());
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 0\neval_every = 1");
+    run_ok(&["run", config.to_str().unwrap()]);
+    let out = dir.path().join("out");
+    let metrics = lines(&out.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 1, "the start's evaluation alone");
+    assert!(metrics[0]["eval_reward"].is_number());
+    assert!(out.join("final/model.safetensors").is_file());
 }

@@ -107,3 +107,37 @@ fn an_sft_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
     );
     assert_eq!(losses(whole.path()).len(), 40);
 }
+
+/// The zeros the config sweep (`learner/tests/config.rs`) takes run
+/// together for a step; a run of 0 steps writes the final folder.
+#[test]
+fn every_zero_the_sft_config_takes_runs() {
+    let zeros = [
+        "checkpoint.every=0",
+        "checkpoint.keep_last=0",
+        "data.eval_size=0",
+        "data.seed=0",
+        "optimizer.max_grad_norm=0",
+        "optimizer.warmup_steps=0",
+        "optimizer.weight_decay=0",
+        "trainer.devices=0",
+        "trainer.eval_every=0",
+    ];
+    for steps in [1, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = tiny_sft(dir.path(), "");
+        let max_steps = format!("trainer.max_steps={steps}");
+        let mut args = vec!["sft", config.to_str().unwrap(), "--set", max_steps.as_str()];
+        for zero in zeros {
+            args.extend(["--set", zero]);
+        }
+        run_ok(&args);
+        let out = dir.path().join("out");
+        assert_eq!(
+            lines(&out.join("metrics.jsonl")).len(),
+            steps,
+            "one line a step, no eval"
+        );
+        assert!(out.join("final/model.safetensors").is_file());
+    }
+}

@@ -20,7 +20,8 @@ use crate::error::{Error, Result};
 const STD_EPSILON: f64 = 1e-4;
 
 /// What advantages are divided by (TRL's `scale_rewards`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ScaleRewards {
     /// The group's std (the original GRPO). The default.
     #[default]

@@ -168,6 +168,13 @@ pub struct SamplerState {
     pub position: usize,
 }
 
+impl SamplerState {
+    /// Passes over data of `rows` rows, fractional (TRL's `epoch`).
+    pub fn epochs(&self, rows: usize) -> f64 {
+        self.epoch as f64 + self.position as f64 / rows.max(1) as f64
+    }
+}
+
 /// Hands out training rows in a seeded order, reshuffled every epoch.
 pub struct PromptSampler {
     rows: usize,

@@ -13,12 +13,12 @@
 //! learner's weights), the step's completions and micro-batches, and one
 //! host copy of the weights while they are sent.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_reward::RewardPool;
-use grpo_rollout::output::FinishReason;
 use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
 use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer};
 use serde_json::{Map, Value};
@@ -28,18 +28,21 @@ use crate::batch::{PromptSharing, Rollout, attention_width, pack_sharing};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::CompletionLogprobs;
+use crate::config::RunConfig;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, Weights};
 use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
+use crate::metrics::{CompletionStats, eval_names, reward_breakdown};
 use crate::objective::grpo::GrpoObjective;
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
 use crate::trainer::{LoopState, StepRecord, Task, Trainer};
 
-/// The settings of the iteration.
+/// The settings of the iteration (from [`GrpoConfig::of`] a validated
+/// run config: they are not checked again).
 #[derive(Debug, Clone)]
 pub struct GrpoConfig {
     /// Samples per prompt (G ≥ 2).
@@ -80,7 +83,8 @@ pub struct GrpoConfig {
     pub compute: ElementType,
 }
 
-/// What one step did (TRL's metric names where they exist).
+/// What one step did, under TRL's metric names where it has them (the
+/// time split, weight sync, staleness and fleet are grpo's own).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepReport {
     /// The step's number (1-based, as TRL's `global_step`): the policy
@@ -92,10 +96,9 @@ pub struct StepReport {
     pub reward_std: f64,
     /// Fraction of groups whose rewards were all equal.
     pub frac_reward_zero_std: f64,
-    /// Mean completion length in tokens.
-    pub mean_length: f64,
-    /// Fraction of completions that reached the token limit.
-    pub clipped_ratio: f64,
+    /// The completions' lengths (`completions/…`).
+    #[serde(flatten)]
+    pub completions: CompletionStats,
     /// The loss.
     pub loss: f32,
     /// Gradient norm before clipping.
@@ -104,10 +107,16 @@ pub struct StepReport {
     pub learning_rate: f64,
     /// Mean policy entropy over completion tokens.
     pub entropy: f64,
-    /// Fraction of completion tokens clipped from below / above.
+    /// Fraction of completion tokens whose ratio was clipped from below
+    /// with a negative advantage.
+    #[serde(rename = "clip_ratio/low_mean")]
     pub clip_ratio_low: f64,
-    /// See `clip_ratio_low`.
+    /// Fraction clipped from above with a positive advantage.
+    #[serde(rename = "clip_ratio/high_mean")]
     pub clip_ratio_high: f64,
+    /// Fraction clipped either way (the sum of the two: they are disjoint).
+    #[serde(rename = "clip_ratio/region_mean")]
+    pub clip_ratio_region: f64,
     /// Mean k3 KL to the reference over completion tokens (0 without one).
     pub kl: f64,
     /// Seconds generating, scoring, training and syncing weights.
@@ -131,9 +140,14 @@ pub struct StepReport {
     /// `fleet_members`, `fleet_ready`, `fleet_requeued_groups`).
     #[serde(flatten)]
     pub fleet: FleetHealth,
+    /// Each reward function's `rewards/<name>/mean` and `…/std`
+    /// ([`reward_breakdown`]; last, as it takes every other key when read back).
+    #[serde(flatten)]
+    pub per_reward: BTreeMap<String, Option<f64>>,
 }
 
-/// What a greedy evaluation on held-out prompts found.
+/// What a greedy evaluation on held-out prompts found (written with
+/// TRL's `eval_` prefix: `eval_reward`, `eval_completions/mean_length`, …).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EvalReport {
     /// Prompts evaluated.
@@ -143,13 +157,40 @@ pub struct EvalReport {
     /// Fraction of prompts whose greedy completion earned a positive reward
     /// (for 0/1 rewards such as `math`: the accuracy).
     pub accuracy: f64,
-    /// Mean completion length in tokens.
-    pub mean_length: f64,
-    /// Seconds it took.
-    pub seconds: f64,
+    /// The completions' lengths.
+    #[serde(flatten)]
+    pub completions: CompletionStats,
+    /// Each reward function's mean and std.
+    #[serde(flatten)]
+    pub per_reward: BTreeMap<String, Option<f64>>,
+    /// Seconds it took (transformers' `eval_runtime`).
+    pub runtime: f64,
 }
 
 impl GrpoConfig {
+    /// The settings of `config` (validated as it was read).
+    pub fn of(config: &RunConfig) -> GrpoConfig {
+        let (r, a, o, t) = (&config.rollout, &config.algorithm, &config.optimizer, &config.trainer);
+        GrpoConfig {
+            group_size: r.group_size,
+            prompts_per_step: r.prompts_per_step,
+            max_completion_tokens: r.max_completion_tokens,
+            loss: a.loss(r.temperature),
+            scale_rewards: a.scale_rewards,
+            schedule: o.schedule(t.max_steps),
+            optimizer: o.adamw(),
+            max_grad_norm: o.max_grad_norm(),
+            micro_batch_rows: t.micro_batch_size,
+            share_prompts: t.share_prompts,
+            max_tokens: r.max_model_len,
+            seed: r.seed,
+            dynamic_sampling: a.dynamic_sampling,
+            iterations: a.num_iterations,
+            max_staleness: r.max_staleness,
+            compute: t.compute_dtype.element_type(),
+        }
+    }
+
     /// How the learner updates its weights.
     pub fn optimization(&self) -> Optimization {
         Optimization {
@@ -195,6 +236,10 @@ pub struct GrpoTask {
     rollouts: Rollouts,
     config: GrpoConfig,
     sampler: SamplerState,
+    /// Rows of the training data (for the fractional epoch).
+    data_rows: usize,
+    /// The reward functions' names (for the per-reward metrics).
+    reward_names: Vec<String>,
     eval: Vec<Example>,
     logprobs_programs: CompletionLogprobs,
     reference: Option<Vec<ShardedBuffer>>,
@@ -227,21 +272,8 @@ impl Trainer<GrpoTask> {
                 ),
             });
         }
-        if config.iterations == 0 {
-            return Err(Error::Config {
-                field: "algorithm.num_iterations",
-                message: "0: at least one optimizer step per batch".to_string(),
-            });
-        }
-        if config.group_size < 2 {
-            return Err(Error::Config {
-                field: "group_size",
-                message: format!("{}: GRPO needs at least 2 samples per prompt", config.group_size),
-            });
-        }
-        let objective = GrpoObjective::new(config.loss, config.iterations)?;
+        let objective = GrpoObjective::new(config.loss, config.iterations);
         let optimization = config.optimization();
-        config.schedule.validate()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -257,6 +289,8 @@ impl Trainer<GrpoTask> {
         let step = start.step as usize;
         // The fleet starts on the learner's weights, as version `step`.
         fleet.start_at(start.step, &named_params(&decoder, &params))?;
+        let reward_names = rewards.names();
+        let data_rows = data.len();
         let side = RolloutSide {
             fleet,
             rewards,
@@ -280,6 +314,8 @@ impl Trainer<GrpoTask> {
             client: client.clone(),
             rollouts: Rollouts::new(side, config.max_staleness, step)?,
             sampler: start.sampler,
+            data_rows,
+            reward_names,
             eval,
             config,
         };
@@ -340,25 +376,20 @@ impl Task for GrpoTask {
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
         let mean = present.iter().sum::<f64>() / present.len().max(1) as f64;
         let std = (present.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / present.len().max(1) as f64).sqrt();
-        let samples = collected.completions().count().max(1) as f64;
         let per_token = |sum: f32| f64::from(sum) / tokens.max(1) as f64;
         let report = StepReport {
             step: step + 1,
             reward: mean,
             reward_std: std,
             frac_reward_zero_std: adv.frac_zero_std(),
-            mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / samples,
-            clipped_ratio: collected
-                .completions()
-                .filter(|c| c.finish_reason == FinishReason::Length)
-                .count() as f64
-                / samples,
+            completions: CompletionStats::of(collected.completions()),
             loss: metrics.loss,
             grad_norm: metrics.grad_norm,
             learning_rate: lr,
             entropy: per_token(metrics.metrics[3]),
             clip_ratio_low: per_token(metrics.metrics[0]),
             clip_ratio_high: per_token(metrics.metrics[1]),
+            clip_ratio_region: per_token(metrics.metrics[0] + metrics.metrics[1]),
             kl: per_token(metrics.metrics[2]),
             trained_samples: rollouts.len(),
             time_generation: collected.time_generation,
@@ -369,6 +400,7 @@ impl Task for GrpoTask {
             staleness,
             stale_samples: if stale { collected.completions().count() } else { 0 },
             fleet: drawn.fleet,
+            per_reward: reward_breakdown(&self.reward_names, &collected.totals),
         };
         let rows = rollout_rows(step + 1, &drawn, &rewards, &adv.values);
         self.sampler = drawn.sampler;
@@ -379,6 +411,12 @@ impl Task for GrpoTask {
             step: step + 1,
             metrics,
             tokens: rows.iter().map(|r| r.completion_tokens as usize).sum(),
+            input_tokens: collected
+                .groups
+                .iter()
+                .zip(&collected.prompts)
+                .map(|(group, prompt)| group.iter().map(|c| prompt.ids.len() + c.tokens.len()).sum::<usize>())
+                .sum(),
             rollouts: rows,
             notes: Vec::new(),
         })
@@ -389,18 +427,18 @@ impl Task for GrpoTask {
             return Ok(None);
         }
         let report = self.greedy_eval()?;
-        let line = serde_json::json!({
-            "eval_accuracy": report.accuracy,
-            "eval_reward": report.reward,
-            "eval_mean_length": report.mean_length,
-            "eval_time": report.seconds,
-            "eval_prompts": report.prompts,
-        });
-        Ok(line.as_object().cloned())
+        let Value::Object(metrics) = serde_json::to_value(&report).expect("an eval report serializes") else {
+            unreachable!("an eval report is a JSON object")
+        };
+        Ok(Some(eval_names(metrics)))
     }
 
     fn sampler(&self) -> SamplerState {
         self.sampler
+    }
+
+    fn epoch(&self) -> f64 {
+        self.sampler.epochs(self.data_rows)
     }
 }
 
@@ -442,8 +480,9 @@ impl GrpoTask {
             prompts: self.eval.len(),
             reward: rewards.iter().map(|r| f64::from(r.unwrap_or(0.0))).sum::<f64>() / n,
             accuracy: rewards.iter().filter(|r| r.is_some_and(|r| r > 0.0)).count() as f64 / n,
-            mean_length: collected.completions().map(|c| c.tokens.len()).sum::<usize>() as f64 / n,
-            seconds: started.elapsed().as_secs_f64(),
+            completions: CompletionStats::of(collected.completions()),
+            per_reward: reward_breakdown(&self.reward_names, &collected.totals),
+            runtime: started.elapsed().as_secs_f64(),
         })
     }
 

@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::checkpoint;
 use crate::error::{Error, Result};
+use crate::metrics::renamed;
 use crate::plot::plot_metrics;
 use crate::record::RolloutLog;
 use crate::trainer::StepRecord;
@@ -88,7 +89,9 @@ impl Hook for Evaluation {
 
 /// `OUT/metrics.jsonl`: one JSON object per step, appended whole. A resumed
 /// run first drops the lines of steps after its checkpoint (it runs them
-/// again), rewriting the file atomically, so every step appears once.
+/// again) and renames the metrics of the lines it keeps that were written
+/// under grpo's old names ([`crate::metrics::RENAMED`]), rewriting the
+/// file atomically, so every step appears once and under one name.
 #[derive(Default)]
 pub struct MetricsLog {
     file: Option<(PathBuf, std::fs::File)>,
@@ -129,7 +132,8 @@ impl Hook for MetricsLog {
     }
 }
 
-/// Rewrites `path` keeping the lines whose `step` is at most `step`.
+/// Rewrites `path` keeping the lines whose `step` is at most `step`, under
+/// the current metric names.
 fn keep_steps_up_to(path: &Path, step: u64) -> Result<()> {
     let Ok(file) = std::fs::File::open(path) else {
         return Ok(());
@@ -145,8 +149,10 @@ fn keep_steps_up_to(path: &Path, step: u64) -> Result<()> {
             line: number + 1,
             message: format!("not JSON: {e}"),
         })?;
-        if value["step"].as_u64().is_some_and(|s| s <= step) {
-            kept.push_str(&line);
+        if let Value::Object(line) = value
+            && line.get("step").and_then(Value::as_u64).is_some_and(|s| s <= step)
+        {
+            kept.push_str(&Value::Object(renamed(line)).to_string());
             kept.push('\n');
         }
     }

@@ -47,6 +47,8 @@
 //! - [`record`]: the rollout log, `OUT/rollouts.parquet` — a Parquet
 //!   dataset folder of one atomically written part per step, truncated
 //!   on resume.
+//! - [`metrics`]: TRL's completion-length and per-reward statistics, and
+//!   the metric names grpo used before it took TRL's.
 //! - [`plot`]: a PNG of training reward and eval accuracy by step from
 //!   `OUT/metrics.jsonl`, with an embedded font.
 
@@ -65,6 +67,7 @@ pub mod grpo;
 pub mod hooks;
 pub mod learner;
 pub mod loss;
+pub mod metrics;
 pub mod objective;
 pub mod plot;
 pub mod record;

@@ -27,7 +27,8 @@ use grpo_xla::trace::Tensor;
 use crate::error::{Error, Result};
 
 /// How token losses are summed and normalized (TRL's `loss_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LossType {
     /// Token mean over the whole batch. The default.
     #[default]
@@ -101,31 +102,6 @@ impl Default for GrpoLoss {
     }
 }
 
-impl GrpoLoss {
-    /// Checks the ranges, naming the setting.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |field, message: String| Err(Error::Config { field, message });
-        if !(self.epsilon > 0.0 && self.epsilon < 1.0) {
-            return bad("epsilon", format!("{} must be in (0, 1)", self.epsilon));
-        }
-        if !(self.epsilon_high > 0.0 && self.epsilon_high.is_finite()) {
-            return bad("epsilon_high", format!("{} must be > 0", self.epsilon_high));
-        }
-        if !(self.beta >= 0.0 && self.beta.is_finite()) {
-            return bad("beta", format!("{} must be ≥ 0", self.beta));
-        }
-        if !(self.temperature > 0.0 && self.temperature.is_finite()) {
-            return bad("temperature", format!("{} must be > 0", self.temperature));
-        }
-        match self.importance {
-            Importance::Token { cap } | Importance::Sequence { cap } if !(cap > 1.0 && cap.is_finite()) => {
-                bad("importance_cap", format!("{cap} must be > 1"))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 /// The tensors of one (micro-)batch; `[B, T]` f32 unless said otherwise.
 pub struct LossInputs<'a> {
     /// The policy's log-probs of the completion tokens (differentiated).
@@ -159,7 +135,6 @@ pub struct LossOutputs {
 
 /// The GRPO loss of `inputs` under `settings` (see the module's formulas).
 pub fn grpo_loss(inputs: &LossInputs<'_>, settings: &GrpoLoss) -> Result<LossOutputs> {
-    settings.validate()?;
     let lp = inputs.logprobs;
     let (b, t) = (lp.dims()[0], lp.dims()[1]);
     let mask = inputs.mask;

@@ -28,15 +28,16 @@ use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
 
 use crate::checkpoint::{self, LoadedCheckpoint, save_model};
+use crate::collect::PromptEncoder;
 use crate::config::sft::SftRunConfig;
 use crate::config::{CheckpointSection, RunConfig};
-use crate::data::{load_jsonl, split};
+use crate::data::{Example, load_jsonl, split};
 use crate::error::{Error, Result};
-use crate::fleet::EngineParts;
-use crate::grpo::{GrpoParts, GrpoTask};
+use crate::fleet::{EngineParts, FleetPlan};
+use crate::grpo::{GrpoConfig, GrpoParts, GrpoTask};
 use crate::hooks::{Checkpoints, Evaluation, FinalModel, Hook, MetricsLog, Plot, RolloutFile, RunContext};
 use crate::schedule::Schedule;
-use crate::sft::{SftParts, SftTask, encode_examples};
+use crate::sft::{SftConfig, SftParts, SftTask, encode_examples};
 use crate::trainer::{StepRecord, Task, Trainer};
 
 /// A run: its trainer, output folder and length, and the hooks its config asks for.
@@ -116,6 +117,38 @@ impl Start {
     }
 }
 
+/// Refuses a run whose longest prompt (of `rows`, as `encoder` renders
+/// it) and `completion_tokens` more do not fit `max_model_len`: the step
+/// that drew it would fail.
+fn check_prompts<'a>(
+    encoder: &PromptEncoder,
+    rows: impl Iterator<Item = &'a Example>,
+    max_model_len: usize,
+    completion_tokens: usize,
+) -> Result<()> {
+    let mut longest: Option<(usize, String)> = None;
+    for row in rows {
+        let prompt = encoder.encode(&row.prompt)?;
+        if longest.as_ref().is_none_or(|(n, _)| prompt.ids.len() > *n) {
+            longest = Some((prompt.ids.len(), prompt.text));
+        }
+    }
+    match longest {
+        Some((tokens, text)) if tokens + completion_tokens > max_model_len => {
+            let start: String = text.chars().take(60).collect();
+            Err(Error::Config {
+                field: "rollout.max_model_len",
+                message: format!(
+                    "the longest prompt ({start:?}…) is {tokens} tokens: with max_completion_tokens = \
+                     {completion_tokens} it does not fit {max_model_len} (max_model_len, capped by the model's \
+                     positions); raise max_model_len, lower max_completion_tokens, or shorten the prompt"
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Warns when the run is shorter than its learning-rate warm-up.
 fn warn_if_cut_short(schedule: &Schedule) {
     if let Some(warning) = schedule.cut_short() {
@@ -148,12 +181,20 @@ impl Run<GrpoTask> {
     /// in-process engines and workers of `[rollout]`; continuing the run in
     /// its output folder with `resume`.
     pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
-        let grpo = config.grpo()?;
+        let grpo = GrpoConfig::of(config);
         warn_if_cut_short(&grpo.schedule);
-        let plan = config.fleet()?;
+        let plan = FleetPlan::of(&config.rollout);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model.name, &out, resume)?;
         let (train, eval) = config.data.load()?;
+        let max_model_len = config.rollout.max_model_len.min(start.model.config.max_positions);
+        let encoder = PromptEncoder::new(start.tokenizer.clone())?;
+        check_prompts(
+            &encoder,
+            train.iter().chain(&eval),
+            max_model_len,
+            grpo.max_completion_tokens,
+        )?;
         let decoder = Decoder::new(start.model.config.clone());
         // The policy starts from the checkpoint when resuming; the KL's reference is always the model.
         let reference = (grpo.loss.beta > 0.0)
@@ -166,8 +207,8 @@ impl Run<GrpoTask> {
             tokenizer: start.tokenizer.clone(),
             config: EngineConfig {
                 max_num_seqs: (grpo.group_size * grpo.prompts_per_step).div_ceil(plan.engines),
-                max_model_len: config.rollout.max_model_len.min(start.model.config.max_positions),
-                dtype: config.engine_dtype()?,
+                max_model_len,
+                dtype: config.rollout.dtype.element_type(),
             },
         };
         let token_file = config.rollout.worker_token_file.as_deref();
@@ -206,7 +247,7 @@ impl Run<SftTask> {
     /// Supervised fine-tuning as `config` says on `client`'s devices;
     /// continuing the run in its output folder with `resume`.
     pub fn sft(config: &SftRunConfig, client: &Client, resume: bool) -> Result<Self> {
-        let mut sft = config.sft()?;
+        let mut sft = SftConfig::of(config);
         warn_if_cut_short(&sft.schedule);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model.name, &out, resume)?;

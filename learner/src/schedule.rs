@@ -10,10 +10,9 @@
 //! says so, for a warning). The rate is an input of the train step, so a
 //! schedule never recompiles.
 
-use crate::error::{Error, Result};
-
 /// The shape of the schedule after the warm-up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Decay {
     /// The peak rate until the end. The default.
     #[default]
@@ -27,7 +26,7 @@ pub enum Decay {
 /// A learning-rate schedule.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Schedule {
-    /// The peak rate (> 0).
+    /// The peak rate.
     pub lr: f64,
     /// Warm-up steps.
     pub warmup: usize,
@@ -38,23 +37,6 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Checks the settings, naming the wrong one.
-    pub fn validate(&self) -> Result<()> {
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return Err(Error::Config {
-                field: "lr",
-                message: format!("{} must be > 0", self.lr),
-            });
-        }
-        if self.total == 0 {
-            return Err(Error::Config {
-                field: "max_steps",
-                message: "0: a schedule needs at least one step".to_string(),
-            });
-        }
-        Ok(())
-    }
-
     /// What is wrong with a run shorter than its warm-up (its rate never
     /// reaches the peak), for a warning; `None` when the schedule fits.
     pub fn cut_short(&self) -> Option<String> {

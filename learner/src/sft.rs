@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::batch::{Rollout, StepBatch, batch_input, pack};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
+use crate::config::sft::SftRunConfig;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::learner::{Learner, Optimization, check_rows};
@@ -35,6 +36,21 @@ pub struct SftConfig {
     pub optimizer: AdamW,
     /// Global gradient-norm clipping.
     pub max_grad_norm: Option<f64>,
+}
+
+impl SftConfig {
+    /// The settings of `config` (validated as it was read).
+    pub fn of(config: &SftRunConfig) -> SftConfig {
+        let (t, o) = (&config.trainer, &config.optimizer);
+        SftConfig {
+            batch_size: t.batch_size,
+            micro_batch_rows: t.micro_batch_size.min(t.batch_size),
+            max_length: t.max_length,
+            schedule: o.schedule(t.max_steps),
+            optimizer: o.adamw(),
+            max_grad_norm: o.max_grad_norm(),
+        }
+    }
 }
 
 /// One tokenized training pair.
@@ -175,7 +191,6 @@ impl Trainer<SftTask> {
     /// SFT's trainer from its parts: a new run, or one continuing from
     /// `checkpoint` (whose weights are [`SftParts::params`]).
     pub fn sft(parts: SftParts, config: SftConfig, checkpoint: Option<&LoadedCheckpoint>) -> Result<Self> {
-        config.schedule.validate()?;
         if parts.data.is_empty() || config.batch_size == 0 || config.micro_batch_rows == 0 {
             return Err(Error::Config {
                 field: "trainer.batch_size",
@@ -245,6 +260,7 @@ impl Task for SftTask {
             metrics,
             rollouts: Vec::new(),
             tokens: batch.tokens,
+            input_tokens: examples.iter().map(|e| e.prompt.len() + e.completion.len()).sum(),
             notes: Vec::new(),
         })
     }
@@ -260,6 +276,10 @@ impl Task for SftTask {
 
     fn sampler(&self) -> SamplerState {
         self.sampler.state()
+    }
+
+    fn epoch(&self) -> f64 {
+        self.sampler.state().epochs(self.data.len())
     }
 }
 

@@ -24,13 +24,17 @@ pub struct StepRecord {
     /// The step's number, 1-based as TRL's `global_step` (0: the run's
     /// start, before training, which carries only an evaluation).
     pub step: usize,
-    /// Its metrics under TRL's names (hooks add theirs: `step_time`,
-    /// evaluation results), one line of `metrics.jsonl`.
+    /// Its metrics under TRL's names (the trainer adds `num_tokens` and
+    /// `epoch`, hooks theirs: `step_time`, evaluation results), one line of
+    /// `metrics.jsonl`.
     pub metrics: Map<String, Value>,
     /// The completions it sampled, for the rollout log (none for SFT).
     pub rollouts: Vec<RolloutRow>,
     /// Completion tokens it trained on or sampled (for tokens/s).
     pub tokens: usize,
+    /// Prompt and completion tokens of its samples, each sample counting
+    /// its prompt (what TRL's `num_tokens` adds up).
+    pub input_tokens: usize,
     /// Lines for the run's log from hooks (a checkpoint written, …).
     pub notes: Vec<String>,
 }
@@ -51,6 +55,9 @@ pub trait Task {
 
     /// Where its data order stands (what a checkpoint keeps).
     fn sampler(&self) -> SamplerState;
+
+    /// Passes over the training data so far, fractional (TRL's `epoch`).
+    fn epoch(&self) -> f64;
 }
 
 /// Where the loop is, as a checkpoint's `trainer_state.json` keeps it. The
@@ -64,6 +71,10 @@ pub struct LoopState {
     pub sampler: SamplerState,
     /// The data order's seed (a resumed run must use the same).
     pub data_seed: u64,
+    /// Prompt and completion tokens seen (TRL's `num_tokens`; checkpoints
+    /// written before grpo kept it count from their step on).
+    #[serde(default)]
+    pub num_tokens: u64,
 }
 
 impl LoopState {
@@ -73,6 +84,7 @@ impl LoopState {
             step: 0,
             sampler: SamplerState { epoch: 0, position: 0 },
             data_seed,
+            num_tokens: 0,
         }
     }
 
@@ -102,6 +114,7 @@ pub struct Trainer<T: Task> {
     task: T,
     step: usize,
     data_seed: u64,
+    num_tokens: u64,
 }
 
 impl<T: Task> Trainer<T> {
@@ -114,13 +127,17 @@ impl<T: Task> Trainer<T> {
             task,
             step: state.step as usize,
             data_seed: state.data_seed,
+            num_tokens: state.num_tokens,
         }
     }
 
     /// Runs the next step.
     pub fn step(&mut self) -> Result<StepRecord> {
-        let record = self.task.step(&mut self.learner, self.step)?;
+        let mut record = self.task.step(&mut self.learner, self.step)?;
         self.step += 1;
+        self.num_tokens += record.input_tokens as u64;
+        record.metrics.insert("num_tokens".to_string(), self.num_tokens.into());
+        record.metrics.insert("epoch".to_string(), self.task.epoch().into());
         Ok(record)
     }
 
@@ -140,6 +157,7 @@ impl<T: Task> Trainer<T> {
             step: self.step as u64,
             sampler: self.task.sampler(),
             data_seed: self.data_seed,
+            num_tokens: self.num_tokens,
         }
     }
 

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use grpo_learner::config::{ConfigFile, RunConfig};
+use grpo_learner::config::{ConfigFile, ParallelismKind, RunConfig};
+use grpo_learner::fleet::FleetPlan;
 
 #[test]
 fn the_reference_config_lists_the_defaults() {
@@ -51,8 +52,7 @@ fn the_fleet_is_the_in_process_engine_unless_workers_or_a_registry_are_given() {
     let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
     let plan = |rollout: &str| {
         RunConfig::from_toml_str(&format!("{base}[rollout]\n{rollout}"))
-            .unwrap()
-            .fleet()
+            .map(|config| FleetPlan::of(&config.rollout))
             .unwrap()
     };
     let alone = plan("");
@@ -119,26 +119,27 @@ fn the_gsm8k_example_reads_chat_prompts_and_scores_reference_solutions() {
 
 #[test]
 fn the_learner_spans_the_devices_its_parallelism_asks_for() {
-    use grpo_learner::config::learner_parallelism;
     use grpo_xla::trace::Parallelism;
-    assert_eq!(learner_parallelism("none", 0, 4).unwrap(), None);
+    assert_eq!(ParallelismKind::None.layout(0, 4).unwrap(), None);
     assert_eq!(
-        learner_parallelism("data", 0, 4).unwrap(),
+        ParallelismKind::Data.layout(0, 4).unwrap(),
         Some(Parallelism::DataParallel { devices: 4 }),
         "0 devices: all the client's"
     );
     assert_eq!(
-        learner_parallelism("fsdp", 2, 4).unwrap(),
+        ParallelismKind::Fsdp.layout(2, 4).unwrap(),
         Some(Parallelism::Fsdp { devices: 2 })
     );
-    for (kind, devices, available, key) in [
-        ("fsdp", 0, 1, "trainer.devices"),
-        ("data", 5, 4, "trainer.devices"),
-        ("fsdp", 1, 4, "trainer.devices"),
-        ("zero3", 2, 4, "trainer.parallelism"),
+    for (kind, devices, available) in [
+        (ParallelismKind::Fsdp, 0, 1),
+        (ParallelismKind::Data, 5, 4),
+        (ParallelismKind::Fsdp, 1, 4),
     ] {
-        let err = learner_parallelism(kind, devices, available).unwrap_err().to_string();
-        assert!(err.contains(key), "{kind} over {devices} of {available}: {err}");
+        let err = kind.layout(devices, available).unwrap_err().to_string();
+        assert!(
+            err.contains("trainer.devices"),
+            "{kind:?} over {devices} of {available}: {err}"
+        );
     }
 }
 
@@ -161,4 +162,175 @@ fn trl_names_are_aliases_and_both_names_at_once_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(both.contains("duplicate field `group_size`"), "{both}");
+}
+
+/// The extreme values every numeric key is fed.
+const EXTREMES: [&str; 5] = ["0", "-1", "nan", "inf", "1e30"];
+
+/// The `(section, key)` of every number in `table`'s sections.
+fn numeric_keys(table: &toml::Table) -> Vec<(String, String)> {
+    let mut keys = Vec::new();
+    for (section, value) in table {
+        if let toml::Value::Table(fields) = value {
+            for (key, value) in fields {
+                if matches!(value, toml::Value::Integer(_) | toml::Value::Float(_)) {
+                    keys.push((section.clone(), key.clone()));
+                }
+            }
+        }
+    }
+    keys
+}
+
+/// What reading `text` with `read` did: `None` when it took it, else the
+/// error (a panic is an error saying so).
+fn outcome(read: impl Fn() -> Result<(), String> + std::panic::UnwindSafe) -> Option<String> {
+    match std::panic::catch_unwind(read) {
+        Ok(Ok(())) => None,
+        Ok(Err(message)) => Some(message),
+        Err(_) => Some("PANICKED".to_string()),
+    }
+}
+
+/// Feeds every numeric key of the config file at `path` (plus `optional`
+/// keys it leaves out; not those of tables another parser reads) each of
+/// [`EXTREMES`]; returns the refusals that do
+/// not name their key and the values taken.
+fn sweep<C: ConfigFile>(path: &str, optional: &[(&str, &str)]) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap();
+    let mut keys = numeric_keys(&text.parse().unwrap());
+    keys.retain(|(section, _)| !C::FOREIGN_TABLES.contains(&section.as_str()));
+    keys.extend(optional.iter().map(|(s, k)| (s.to_string(), k.to_string())));
+    let (mut bad, mut taken) = (Vec::new(), Vec::new());
+    for (section, key) in keys {
+        for value in EXTREMES {
+            let setting = format!("{section}.{key}={value}");
+            let edited = grpo_learner::config::with_overrides(&text, std::slice::from_ref(&setting)).unwrap();
+            match outcome(|| C::from_toml_str(&edited).map(drop).map_err(|e| e.to_string())) {
+                None => taken.push(setting),
+                Some(error) if error.contains(&format!("{section}.{key}")) => {}
+                Some(error) => bad.push(format!("{setting}: {error}")),
+            }
+        }
+    }
+    (bad, taken)
+}
+
+#[test]
+fn every_numeric_key_takes_or_refuses_extreme_values_naming_the_key() {
+    let (bad, taken) = sweep::<RunConfig>("../examples/reference.toml", &[("algorithm", "epsilon_high")]);
+    assert!(
+        bad.is_empty(),
+        "refused without naming the key, or panicked:\n{}",
+        bad.join("\n")
+    );
+    // Zero where it means "none", "never", "all" or a seed; nothing else
+    // (in the keys' order).
+    assert_eq!(
+        taken,
+        [
+            "algorithm.beta=0",
+            "checkpoint.every=0",
+            "checkpoint.keep_last=0",
+            "data.eval_size=0",
+            "data.seed=0",
+            "optimizer.max_grad_norm=0",
+            "optimizer.warmup_steps=0",
+            "optimizer.weight_decay=0",
+            "rollout.max_staleness=0",
+            "rollout.seed=0",
+            "trainer.devices=0",
+            "trainer.eval_every=0",
+            "trainer.max_steps=0",
+        ]
+    );
+}
+
+#[test]
+fn every_numeric_key_of_sft_takes_or_refuses_extreme_values_naming_the_key() {
+    use grpo_learner::config::sft::SftRunConfig;
+    let (bad, taken) = sweep::<SftRunConfig>("../examples/sft/config.toml", &[]);
+    assert!(
+        bad.is_empty(),
+        "refused without naming the key, or panicked:\n{}",
+        bad.join("\n")
+    );
+    assert_eq!(
+        taken,
+        [
+            "checkpoint.every=0",
+            "checkpoint.keep_last=0",
+            "data.eval_size=0",
+            "data.seed=0",
+            "optimizer.max_grad_norm=0",
+            "optimizer.warmup_steps=0",
+            "optimizer.weight_decay=0",
+            "trainer.devices=0",
+            "trainer.eval_every=0",
+            "trainer.max_steps=0",
+        ]
+    );
+}
+
+#[test]
+fn every_numeric_reward_key_takes_or_refuses_extreme_values_naming_it() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/reference.toml");
+    let table: toml::Table = std::fs::read_to_string(path).unwrap().parse().unwrap();
+    let mut taken = Vec::new();
+    for key in ["weight", "timeout_s", "on_error", "concurrency"] {
+        for value in EXTREMES {
+            let mut edited = table.clone();
+            let number: toml::Value = format!("v = {value}").parse::<toml::Table>().unwrap()["v"].clone();
+            match key {
+                "concurrency" => edited["reward_pool"].as_table_mut().unwrap().insert(key.into(), number),
+                _ => edited["reward"].as_array_mut().unwrap()[0]
+                    .as_table_mut()
+                    .unwrap()
+                    .insert(key.into(), number),
+            };
+            let text = toml::to_string(&edited).unwrap();
+            let read = || {
+                let config = grpo_reward::RewardsConfig::from_toml_str(&text).map_err(|e| e.to_string())?;
+                config
+                    .build(&grpo_reward::Registry::default())
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            };
+            match outcome(read) {
+                None => taken.push(format!("{key}={value}")),
+                Some(error) => assert!(error.contains(key), "{key} = {value}: {error}"),
+            }
+        }
+    }
+    assert_eq!(
+        taken,
+        [
+            "weight=0",
+            "weight=-1",
+            "weight=1e30",
+            "on_error=0",
+            "on_error=-1",
+            "on_error=1e30"
+        ]
+    );
+}
+
+#[test]
+fn reward_weights_is_the_entries_weights_in_order() {
+    let two = "[[reward]]\ntype = \"math\"\n[[reward]]\ntype = \"length\"\nmax_tokens = 10\n";
+    let read = |pool: &str| grpo_reward::RewardsConfig::from_toml_str(&format!("{pool}{two}"));
+    let weights = read("[reward_pool]\nreward_weights = [0.5, 2.0]\n").unwrap();
+    let weights: Vec<f32> = weights.rewards.iter().map(|r| r.weight).collect();
+    assert_eq!(weights, [0.5, 2.0]);
+    let short = read("[reward_pool]\nreward_weights = [0.5]\n").unwrap_err().to_string();
+    assert!(short.contains("reward_weights has 1 weights for 2"), "{short}");
+    let both = grpo_reward::RewardsConfig::from_toml_str(
+        "[reward_pool]\nreward_weights = [1.0]\n[[reward]]\ntype = \"math\"\nweight = 2.0\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        both.contains("both `weight` and [reward_pool] reward_weights"),
+        "{both}"
+    );
 }

@@ -105,7 +105,7 @@ fn learner(
         max_grad_norm,
         compute,
     };
-    let objective = GrpoObjective::new(loss, 1).unwrap();
+    let objective = GrpoObjective::new(loss, 1);
     Learner::new(
         client,
         decoder,

@@ -268,39 +268,3 @@ fn micro_batches_add_up_to_the_full_batch() {
     let sum = part(0..1) + part(1..3);
     assert!((sum - full).abs() < 1e-6, "{sum} vs {full}");
 }
-
-#[test]
-fn settings_out_of_range_are_refused_naming_them() {
-    let check = |s: GrpoLoss, field: &str| {
-        let error = s.validate().unwrap_err().to_string();
-        assert!(error.contains(field), "{error}");
-    };
-    check(
-        GrpoLoss {
-            epsilon: 0.0,
-            ..GrpoLoss::default()
-        },
-        "epsilon",
-    );
-    check(
-        GrpoLoss {
-            epsilon_high: -1.0,
-            ..GrpoLoss::default()
-        },
-        "epsilon_high",
-    );
-    check(
-        GrpoLoss {
-            beta: f32::NAN,
-            ..GrpoLoss::default()
-        },
-        "beta",
-    );
-    check(
-        GrpoLoss {
-            importance: Importance::Token { cap: 0.5 },
-            ..GrpoLoss::default()
-        },
-        "importance_cap",
-    );
-}

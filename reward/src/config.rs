@@ -2,7 +2,9 @@
 //!
 //! ```toml
 //! [reward_pool]
-//! concurrency = 8        # batches scored at once (default 8)
+//! concurrency = 8        # batches scored at once, 1 to 1024 (default 8)
+//! reward_weights = [1.0] # optional, TRL's name: the entries' weights in
+//!                        # order (then no entry gives `weight`)
 //!
 //! [[reward]]
 //! type = "math"          # math | exact | contains | regex | format | length |
@@ -104,10 +106,17 @@ const COMMON_KEYS: [&str; 5] = ["type", "name", "weight", "timeout_s", "on_error
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolConfig {
-    /// Batches scored at once. Default 8.
+    /// Batches scored at once, 1 to [`MAX_CONCURRENCY`]. Default 8.
     #[serde(default = "eight")]
     pub concurrency: usize,
+    /// The `[[reward]]` entries' weights in order (TRL's `reward_weights`),
+    /// instead of their `weight` keys. Default none.
+    #[serde(default)]
+    pub reward_weights: Option<Vec<f32>>,
 }
+
+/// Most reward batches scored at once.
+pub const MAX_CONCURRENCY: usize = 1024;
 
 fn eight() -> usize {
     8
@@ -115,7 +124,10 @@ fn eight() -> usize {
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        Self { concurrency: eight() }
+        Self {
+            concurrency: eight(),
+            reward_weights: None,
+        }
     }
 }
 
@@ -156,6 +168,22 @@ impl RewardsConfig {
             Some(_) => return Err(config_error("`reward` must be an array of tables: write [[reward]]")),
             None => return Err(config_error("no [[reward]] tables")),
         };
+        if !(1..=MAX_CONCURRENCY).contains(&pool.concurrency) {
+            return Err(config_error(format!(
+                "[reward_pool] concurrency = {}: 1 to {MAX_CONCURRENCY} batches at once",
+                pool.concurrency
+            )));
+        }
+        let weights = pool.reward_weights.as_deref();
+        if let Some(weights) = weights
+            && weights.len() != entries.len()
+        {
+            return Err(config_error(format!(
+                "[reward_pool] reward_weights has {} weights for {} [[reward]] tables: give one per table, in order",
+                weights.len(),
+                entries.len()
+            )));
+        }
         let rewards = entries
             .into_iter()
             .enumerate()
@@ -171,10 +199,20 @@ impl RewardsConfig {
                     .into_iter()
                     .filter_map(|k| entry.remove_entry(&k))
                     .collect();
+                let weighted = entry.contains_key("weight");
                 let mut config: RewardConfig = toml::Value::Table(entry)
                     .try_into()
                     .map_err(|e| config_error(format!("reward #{}: {e}", i + 1)))?;
                 config.params = params;
+                if let Some(weights) = weights {
+                    if weighted {
+                        return Err(config_error(format!(
+                            "reward #{}: both `weight` and [reward_pool] reward_weights give its weight: keep one",
+                            i + 1
+                        )));
+                    }
+                    config.weight = weights[i];
+                }
                 Ok(config)
             })
             .collect::<Result<_>>()?;
@@ -253,6 +291,14 @@ impl RewardConfig {
                 "reward {}: weight must be a finite number, not {}",
                 self.name(),
                 self.weight
+            )));
+        }
+        if let OnError::Score(value) = self.on_error
+            && !value.is_finite()
+        {
+            return Err(config_error(format!(
+                "reward {}: on_error must be a finite score, \"skip\" or \"fail\", not {value}",
+                self.name()
             )));
         }
         Ok(Entry {

@@ -144,6 +144,11 @@ impl RewardPool {
         tokio::spawn(async move { pool.score(&batch).await })
     }
 
+    /// The entries' names, in configuration order.
+    pub fn names(&self) -> Vec<String> {
+        self.inner.entries.iter().map(|e| e.name.clone()).collect()
+    }
+
     /// Each entry's name and fault counters.
     pub fn metrics(&self) -> Vec<(String, MetricsSnapshot)> {
         self.inner

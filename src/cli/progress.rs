@@ -54,9 +54,9 @@ impl Progress {
                     "accuracy {:.1}%  reward {:.3}  len {:.1}  ({} prompts, {:.1} s)",
                     accuracy * 100.0,
                     number("eval_reward").unwrap_or(0.0),
-                    number("eval_mean_length").unwrap_or(0.0),
+                    number("eval_completions/mean_length").unwrap_or(0.0),
                     number("eval_prompts").unwrap_or(0.0),
-                    number("eval_time").unwrap_or(0.0)
+                    number("eval_runtime").unwrap_or(0.0)
                 ),
                 format!("{:.1}%", accuracy * 100.0),
             ),

@@ -32,7 +32,6 @@
 pub mod dtype;
 mod error;
 pub mod pjrt;
-pub mod programs;
 pub mod sharding;
 pub mod trace;
 

@@ -7,11 +7,9 @@ use std::path::{Path, PathBuf};
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
-use super::{
-    CheckpointSection, ConfigFile, ModelSection, OptimizerSection, invalid, learner_parallelism, parallelism_kind,
-};
+use super::values::require;
+use super::{CheckpointSection, ConfigFile, MAX_BATCH, MAX_MODEL_LEN, ModelSection, OptimizerSection, ParallelismKind};
 use crate::error::Result;
-use crate::sft::SftConfig;
 
 /// The whole `grpo sft` run.
 #[derive(Debug, Clone, Deserialize)]
@@ -70,12 +68,12 @@ fn default_completion_column() -> String {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SftTrainerSection {
-    /// Optimizer steps. Default 100.
+    /// Optimizer steps (0: only the evaluation and the final folder). Default 100.
     pub max_steps: usize,
-    /// Sequences per step. Default 8.
+    /// Sequences per step, 1 to [`MAX_BATCH`]. Default 8.
     pub batch_size: usize,
-    /// Sequences per micro-batch (gradients accumulate over
-    /// `ceil(batch_size / micro_batch_size)` of them). Default 8.
+    /// Sequences per micro-batch, 1 to [`MAX_BATCH`] (gradients accumulate
+    /// over `ceil(batch_size / micro_batch_size)` of them). Default 8.
     #[serde(alias = "per_device_train_batch_size")]
     pub micro_batch_size: usize,
     /// The eval loss on the held-out rows before the first step, every this
@@ -83,11 +81,12 @@ pub struct SftTrainerSection {
     #[serde(alias = "eval_steps")]
     pub eval_every: usize,
     /// Longest prompt + completion in tokens; longer completions are cut
-    /// (TRL's `max_length`), capped by the model's positions. Default 1024.
+    /// (TRL's `max_length`), 2 to [`MAX_MODEL_LEN`], capped by the model's
+    /// positions. Default 1024.
     pub max_length: usize,
     /// How the learner spans devices: "none" (default), "data" or "fsdp"
-    /// (as in `grpo run`; [`learner_parallelism`]).
-    pub parallelism: String,
+    /// (as in `grpo run`; [`ParallelismKind`]).
+    pub parallelism: ParallelismKind,
     /// Devices of an SPMD learner (0: all the client's). Default 0.
     pub devices: usize,
 }
@@ -95,7 +94,28 @@ pub struct SftTrainerSection {
 impl SftTrainerSection {
     /// The learner's SPMD layout on a client of `available` devices.
     pub fn parallelism(&self, available: usize) -> Result<Option<Parallelism>> {
-        learner_parallelism(&self.parallelism, self.devices, available)
+        self.parallelism.layout(self.devices, available)
+    }
+
+    /// Checks the section's values.
+    fn validate(&self) -> Result<()> {
+        for (field, value) in [
+            ("trainer.batch_size", self.batch_size),
+            ("trainer.micro_batch_size", self.micro_batch_size),
+        ] {
+            require(
+                field,
+                (1..=MAX_BATCH).contains(&value),
+                value,
+                &format!("1 to {MAX_BATCH} sequences"),
+            )?;
+        }
+        require(
+            "trainer.max_length",
+            (2..=MAX_MODEL_LEN).contains(&self.max_length),
+            self.max_length,
+            &format!("2 to {MAX_MODEL_LEN} tokens"),
+        )
     }
 }
 
@@ -107,7 +127,7 @@ impl Default for SftTrainerSection {
             micro_batch_size: 8,
             eval_every: 10,
             max_length: 1024,
-            parallelism: "none".to_string(),
+            parallelism: ParallelismKind::None,
             devices: 0,
         }
     }
@@ -133,37 +153,12 @@ impl Default for SftLoggingSection {
 
 impl ConfigFile for SftRunConfig {
     fn validate(&self) -> Result<()> {
-        self.sft().map(drop)
+        self.optimizer.validate()?;
+        self.trainer.validate()
     }
 
     fn rebase(&mut self, base: &Path) {
         self.data.path = base.join(&self.data.path);
         self.logging.out = base.join(&self.logging.out);
-    }
-}
-
-impl SftRunConfig {
-    /// The loop's settings, checked.
-    pub fn sft(&self) -> Result<SftConfig> {
-        let t = &self.trainer;
-        if t.batch_size == 0 || t.micro_batch_size == 0 {
-            return Err(invalid(
-                "trainer.batch_size",
-                "batch_size and micro_batch_size must be ≥ 1".to_string(),
-            ));
-        }
-        if t.max_length < 2 {
-            return Err(invalid("trainer.max_length", format!("{}: at least 2", t.max_length)));
-        }
-        parallelism_kind(&t.parallelism)?;
-        let config = SftConfig {
-            batch_size: t.batch_size,
-            micro_batch_rows: t.micro_batch_size.min(t.batch_size),
-            max_length: t.max_length,
-            schedule: self.optimizer.lr_schedule(t.max_steps)?,
-            optimizer: self.optimizer.adamw(),
-            max_grad_norm: self.optimizer.max_grad_norm(),
-        };
-        Ok(config)
     }
 }

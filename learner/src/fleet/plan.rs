@@ -11,10 +11,11 @@ use grpo_model::load::upload_parameters;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::WeightSource;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_rollout::worker::Token;
+use grpo_rollout::worker::{PushOptions, Token};
 use grpo_xla::{Client, Device};
 
 use super::{Fleet, FleetConfig, LocalFleet, WorkerFleet};
+use crate::config::RolloutSection;
 use crate::error::{Error, Result};
 
 /// The rollout fleet `[rollout]` asks for.
@@ -47,6 +48,25 @@ pub struct EngineParts<'a> {
 }
 
 impl FleetPlan {
+    /// The fleet `rollout` asks for (validated as it was read).
+    pub fn of(rollout: &RolloutSection) -> FleetPlan {
+        FleetPlan {
+            config: FleetConfig {
+                push: PushOptions {
+                    dtype: rollout.weight_dtype.wire(),
+                    ..PushOptions::default()
+                },
+                heartbeat: rollout.heartbeat_s.duration(),
+                timeout: rollout.worker_timeout_s.duration(),
+                wait: rollout.worker_wait_s.duration(),
+            },
+            workers: rollout.workers.clone(),
+            listen: rollout.listen,
+            in_process: rollout.in_process(),
+            engines: rollout.engines,
+        }
+    }
+
     /// Whether one in-process engine is the whole fleet (no workers, no registry).
     pub fn local_only(&self) -> bool {
         self.workers.is_empty() && self.listen.is_none() && self.engines == 1

@@ -49,16 +49,15 @@ pub struct GrpoObjective {
 }
 
 impl GrpoObjective {
-    /// The loss of `loss`'s settings, checked, over batches used `iterations`
-    /// times (more than once: the old log-probs are an input).
-    pub fn new(loss: GrpoLoss, iterations: usize) -> crate::Result<GrpoObjective> {
-        loss.validate()?;
+    /// The loss of `loss`'s settings over batches used `iterations` times
+    /// (more than once: the old log-probs are an input).
+    pub fn new(loss: GrpoLoss, iterations: usize) -> GrpoObjective {
         let old = if iterations > 1 {
             OldLogprobs::Input
         } else {
             OldLogprobs::OnPolicy
         };
-        Ok(GrpoObjective { loss, old })
+        GrpoObjective { loss, old }
     }
 }
 

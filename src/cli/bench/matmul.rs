@@ -3,7 +3,8 @@
 //! `n×n · n×n` product (inputs already on the device, output awaited).
 
 use anyhow::bail;
-use grpo_xla::{Buffer, Client, CompileOptions, ElementType, programs};
+use grpo_xla::trace::Graph;
+use grpo_xla::{Buffer, Client, ElementType, Executable};
 use half::{bf16, f16};
 use rand::Rng;
 
@@ -86,7 +87,7 @@ pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
 }
 
 fn time_matmul(client: &Client, dtype: ElementType, n: usize, args: &MatmulArgs) -> anyhow::Result<Timings> {
-    let executable = client.compile(&programs::matmul(n, n, n, dtype), &CompileOptions::default())?;
+    let executable = matmul(client, dtype, n)?;
     let a = random_matrix(client, dtype, n)?;
     let b = random_matrix(client, dtype, n)?;
     args.timing.measure(|| {
@@ -94,6 +95,14 @@ fn time_matmul(client: &Client, dtype: ElementType, n: usize, args: &MatmulArgs)
         out[0].block_until_ready()?;
         Ok(())
     })
+}
+
+/// `n×n · n×n` in `dtype`, traced and compiled.
+fn matmul(client: &Client, dtype: ElementType, n: usize) -> anyhow::Result<Executable> {
+    let graph = Graph::new(&format!("matmul_{n}"));
+    let dims = [n as i64, n as i64];
+    let product = graph.parameter(dtype, &dims)?.matmul(&graph.parameter(dtype, &dims)?)?;
+    Ok(graph.build(&[&product])?.compile(client)?)
 }
 
 /// An n×n matrix of uniform values in [-1, 1) on the first device.

@@ -76,9 +76,19 @@ pub fn matmul_f64(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> (Vec<f6
     (product, scale)
 }
 
-/// StableHLO of `(m×k) · (k×n)` in `dtype`.
+/// StableHLO of `(m×k) · (k×n)` in `dtype`, as a `dot_general` in
+/// generic syntax (written by hand: these tests check the runtime on
+/// programs that do not come from the tracer).
 pub fn matmul_program(m: usize, k: usize, n: usize, dtype: ElementType) -> String {
-    grpo_xla::programs::matmul(m, k, n, dtype)
+    let t = dtype.mlir_name();
+    format!(
+        r#"module @matmul_{m}x{k}x{n}_{t} {{
+  func.func public @main(%a: tensor<{m}x{k}x{t}>, %b: tensor<{k}x{n}x{t}>) -> tensor<{m}x{n}x{t}> {{
+    %c = "stablehlo.dot_general"(%a, %b) {{dot_dimension_numbers = #stablehlo.dot<lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [0]>}} : (tensor<{m}x{k}x{t}>, tensor<{k}x{n}x{t}>) -> tensor<{m}x{n}x{t}>
+    return %c : tensor<{m}x{n}x{t}>
+  }}
+}}"#
+    )
 }
 
 /// StableHLO of `x + y` over `n` f32 values; `x` may be donated to the output.

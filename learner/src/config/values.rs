@@ -1,0 +1,132 @@
+//! The typed values of config keys that are not plain numbers: names
+//! from a fixed set (an unknown one is refused naming the key and the
+//! allowed names) and durations (refused unless finite, above 0 and at
+//! most [`MAX_SECONDS`]); and [`require`], the one way a range is checked.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use grpo_reward::config::{MAX_SECONDS, duration};
+use grpo_rollout::worker::WireDtype;
+use grpo_xla::ElementType;
+use grpo_xla::trace::Parallelism;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// A dtype setting: `"f32"` or `"bf16"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// 32-bit floats.
+    #[default]
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+impl Dtype {
+    /// The device element type.
+    pub fn element_type(self) -> ElementType {
+        match self {
+            Dtype::F32 => ElementType::F32,
+            Dtype::Bf16 => ElementType::Bf16,
+        }
+    }
+
+    /// How weight values travel to workers in this dtype.
+    pub fn wire(self) -> WireDtype {
+        match self {
+            Dtype::F32 => WireDtype::F32,
+            Dtype::Bf16 => WireDtype::Bf16,
+        }
+    }
+}
+
+/// `[algorithm] importance`: which correction for the rollout/learner
+/// mismatch (its cap is `importance_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImportanceMode {
+    /// No correction.
+    None,
+    /// Truncated importance sampling per token.
+    #[default]
+    Token,
+    /// Whole sequences masked when their ratio passes the cap.
+    Sequence,
+}
+
+/// `[trainer] parallelism`: how the learner spans devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParallelismKind {
+    /// One device.
+    #[default]
+    None,
+    /// Batch rows split over the devices; parameters and AdamW state replicated.
+    Data,
+    /// Parameters, gradients and AdamW state split over the devices too.
+    Fsdp,
+}
+
+impl ParallelismKind {
+    /// The layout over `devices` of a client's `available` devices (0: all
+    /// of them); `None` for one device. Refuses fewer than 2 or more than
+    /// there are, naming `trainer.devices`.
+    pub fn layout(self, devices: usize, available: usize) -> Result<Option<Parallelism>> {
+        if self == ParallelismKind::None {
+            return Ok(None);
+        }
+        let devices = if devices == 0 { available } else { devices };
+        require(
+            "trainer.devices",
+            (2..=available).contains(&devices),
+            devices,
+            &format!(
+                "`trainer.parallelism` spans 2 or more of the client's devices and the client has {available} \
+                 (on CPU, `--cpu-devices N` makes N)"
+            ),
+        )?;
+        Ok(Some(match self {
+            ParallelismKind::Data => Parallelism::DataParallel { devices },
+            _ => Parallelism::Fsdp { devices },
+        }))
+    }
+}
+
+/// A duration key's value: seconds, finite, above 0 and at most
+/// [`MAX_SECONDS`] (anything else is refused as the config is read).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(try_from = "f64")]
+pub struct Seconds(Duration);
+
+impl Seconds {
+    /// The duration.
+    pub fn duration(self) -> Duration {
+        self.0
+    }
+}
+
+impl TryFrom<f64> for Seconds {
+    type Error = String;
+
+    fn try_from(value: f64) -> std::result::Result<Seconds, String> {
+        duration(value)
+            .filter(|_| value > 0.0)
+            .map(Seconds)
+            .ok_or_else(|| format!("{value}: a number of seconds above 0, at most {MAX_SECONDS}"))
+    }
+}
+
+/// Refuses `value` of `field` unless `ok`, saying the `rule` it breaks.
+pub(crate) fn require(field: &'static str, ok: bool, value: impl Display, rule: &str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            field,
+            message: format!("{value}: {rule}"),
+        })
+    }
+}

@@ -1,0 +1,141 @@
+//! The statistics of a step's metrics that TRL's `GRPOTrainer` logs under
+//! names with a slash — completion lengths (`completions/…`) and each
+//! reward function's mean and std (`rewards/<name>/…`) — and the names
+//! grpo wrote before it took TRL's, which a resumed run's
+//! `metrics.jsonl` is rewritten to ([`renamed`]).
+
+use std::collections::BTreeMap;
+
+use grpo_reward::Total;
+use grpo_rollout::output::{Completion, FinishReason};
+use serde_json::{Map, Value};
+
+/// Lengths in tokens of a batch of completions, under TRL's names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CompletionStats {
+    /// Mean length.
+    #[serde(rename = "completions/mean_length")]
+    pub mean_length: f64,
+    /// Shortest.
+    #[serde(rename = "completions/min_length")]
+    pub min_length: f64,
+    /// Longest.
+    #[serde(rename = "completions/max_length")]
+    pub max_length: f64,
+    /// Fraction cut off at the token limit.
+    #[serde(rename = "completions/clipped_ratio")]
+    pub clipped_ratio: f64,
+    /// Mean length of those that ended on their own (0 when none did).
+    #[serde(rename = "completions/mean_terminated_length")]
+    pub mean_terminated_length: f64,
+    /// Shortest of those (0 when none).
+    #[serde(rename = "completions/min_terminated_length")]
+    pub min_terminated_length: f64,
+    /// Longest of those (0 when none).
+    #[serde(rename = "completions/max_terminated_length")]
+    pub max_terminated_length: f64,
+}
+
+impl CompletionStats {
+    /// The statistics of `completions` (all zero for none).
+    pub fn of<'a>(completions: impl IntoIterator<Item = &'a Completion>) -> CompletionStats {
+        let mut all = Lengths::default();
+        let mut terminated = Lengths::default();
+        let mut clipped = 0usize;
+        for completion in completions {
+            let length = completion.tokens.len();
+            all.add(length);
+            if completion.finish_reason == FinishReason::Length {
+                clipped += 1;
+            } else {
+                terminated.add(length);
+            }
+        }
+        CompletionStats {
+            mean_length: all.mean(),
+            min_length: all.min(),
+            max_length: all.max as f64,
+            clipped_ratio: clipped as f64 / all.count.max(1) as f64,
+            mean_terminated_length: terminated.mean(),
+            min_terminated_length: terminated.min(),
+            max_terminated_length: terminated.max as f64,
+        }
+    }
+}
+
+/// A running count, sum, min and max of lengths.
+#[derive(Default)]
+struct Lengths {
+    count: usize,
+    sum: usize,
+    min: usize,
+    max: usize,
+}
+
+impl Lengths {
+    fn add(&mut self, length: usize) {
+        self.min = if self.count == 0 { length } else { self.min.min(length) };
+        self.max = self.max.max(length);
+        self.sum += length;
+        self.count += 1;
+    }
+
+    fn mean(&self) -> f64 {
+        self.sum as f64 / self.count.max(1) as f64
+    }
+
+    fn min(&self) -> f64 {
+        self.min as f64
+    }
+}
+
+/// `rewards/<name>/mean` and `rewards/<name>/std` for each reward function
+/// in `names` and each sub-score (`<name>/<sub>`) in `totals`: over the
+/// samples it scored (population std, as TRL's), `null` when it scored none.
+pub fn reward_breakdown(names: &[String], totals: &[Total]) -> BTreeMap<String, Option<f64>> {
+    let mut scores: BTreeMap<&str, Vec<f64>> = names.iter().map(|n| (n.as_str(), Vec::new())).collect();
+    for total in totals {
+        for (name, score) in &total.components {
+            scores.entry(name).or_default().push(f64::from(*score));
+        }
+    }
+    let mut breakdown = BTreeMap::new();
+    for (name, values) in scores {
+        let n = values.len() as f64;
+        let mean = values.iter().sum::<f64>() / n;
+        let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let present = !values.is_empty();
+        breakdown.insert(format!("rewards/{name}/mean"), present.then_some(mean));
+        breakdown.insert(format!("rewards/{name}/std"), present.then_some(std));
+    }
+    breakdown
+}
+
+/// The keys grpo's `metrics.jsonl` used before it took TRL's names, and
+/// their names now.
+pub const RENAMED: &[(&str, &str)] = &[
+    ("mean_length", "completions/mean_length"),
+    ("clipped_ratio", "completions/clipped_ratio"),
+    ("clip_ratio_low", "clip_ratio/low_mean"),
+    ("clip_ratio_high", "clip_ratio/high_mean"),
+    ("eval_mean_length", "eval_completions/mean_length"),
+    ("eval_time", "eval_runtime"),
+];
+
+/// `line` with the keys of [`RENAMED`] under their new names.
+pub fn renamed(line: Map<String, Value>) -> Map<String, Value> {
+    line.into_iter()
+        .map(|(key, value)| match RENAMED.iter().find(|(old, _)| *old == key) {
+            Some((_, new)) => (new.to_string(), value),
+            None => (key, value),
+        })
+        .collect()
+}
+
+/// `metrics` with every key prefixed `eval_` (TRL's names of evaluation metrics).
+pub fn eval_names(metrics: Map<String, Value>) -> Map<String, Value> {
+    metrics
+        .into_iter()
+        .map(|(key, value)| (format!("eval_{key}"), value))
+        .collect()
+}

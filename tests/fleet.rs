@@ -17,7 +17,7 @@ use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
 use grpo_learner::record::{RolloutRow, read_rollouts};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
-use grpo_rollout::worker::Token;
+use grpo_worker::AuthToken;
 
 /// A `grpo worker` serving `model` on a free port, killed on drop.
 struct Worker {
@@ -272,7 +272,7 @@ fn a_run_whose_only_worker_died_waits_then_stops_naming_it() {
 /// weights (pushed to each), asking for Health every 0.2 s and waiting
 /// `timeout` for an answer.
 fn fleet_at_version_3(model: &Path, addrs: &[String], timeout: Duration) -> WorkerFleet {
-    let token = Token::new("s3cret").unwrap();
+    let token = AuthToken::new("s3cret").unwrap();
     let mut fleet = WorkerFleet::new(FleetConfig {
         heartbeat: Duration::from_millis(200),
         timeout,

@@ -38,7 +38,7 @@ pub fn completion_logprobs(
 }
 
 /// Compiles and runs the completion log-prob programs of a decoder.
-pub struct CompletionLogprobs {
+pub struct LogprobPrograms {
     client: Client,
     decoder: Decoder,
     mesh: Mesh,
@@ -47,11 +47,11 @@ pub struct CompletionLogprobs {
     programs: HashMap<MicroBatchShape, Executable>,
 }
 
-impl CompletionLogprobs {
+impl LogprobPrograms {
     /// Programs of `decoder` with f32 parameters, for weights and batches
     /// on `mesh`, scoring at `temperature`.
-    pub fn new(client: &Client, decoder: &Decoder, mesh: &Mesh, temperature: f32) -> CompletionLogprobs {
-        CompletionLogprobs {
+    pub fn new(client: &Client, decoder: &Decoder, mesh: &Mesh, temperature: f32) -> LogprobPrograms {
+        LogprobPrograms {
             client: client.clone(),
             decoder: decoder.clone(),
             mesh: mesh.clone(),

@@ -27,11 +27,11 @@ use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{PromptSharing, Rollout, attention_width, pack_sharing};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
-use crate::completion_logprobs::CompletionLogprobs;
+use crate::completion_logprobs::LogprobPrograms;
 use crate::config::RunConfig;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, FleetHealth, Weights};
+use crate::fleet::{Fleet, FleetHealth, HostWeights};
 use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
 use crate::metrics::{CompletionStats, eval_names, reward_breakdown};
@@ -241,7 +241,7 @@ pub struct GrpoTask {
     /// The reward functions' names (for the per-reward metrics).
     reward_names: Vec<String>,
     eval: Vec<Example>,
-    logprobs_programs: CompletionLogprobs,
+    logprobs_programs: LogprobPrograms,
     reference: Option<Vec<ShardedBuffer>>,
 }
 
@@ -309,7 +309,7 @@ impl Trainer<GrpoTask> {
         };
         let reference = reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?;
         let task = GrpoTask {
-            logprobs_programs: CompletionLogprobs::new(&client, &decoder, &mesh, config.loss.temperature),
+            logprobs_programs: LogprobPrograms::new(&client, &decoder, &mesh, config.loss.temperature),
             reference,
             client: client.clone(),
             rollouts: Rollouts::new(side, config.max_staleness, step)?,
@@ -369,7 +369,7 @@ impl Task for GrpoTask {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors: Weights = learner.host_params()?.into();
+        let tensors: HostWeights = learner.host_params()?.into();
         let sync = self.rollouts.update_weights(step as u64 + 1, tensors)?.or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 

@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, FleetHealth, SyncReport, Weights};
+use crate::fleet::{Fleet, FleetHealth, HostWeights, SyncReport};
 
 /// How a step's rollouts are sampled.
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +130,7 @@ impl RolloutSide {
     }
 
     /// Installs `tensors` as policy `version` on the fleet.
-    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
         let sync = self.fleet.update_weights(version, tensors)?;
         self.version = version;
         Ok(sync)
@@ -140,7 +140,7 @@ impl RolloutSide {
 /// A request to the rollout thread.
 enum Command {
     /// Install new weights before the next batch.
-    Weights(u64, Weights),
+    Weights(u64, HostWeights),
     /// Evaluate greedily and answer.
     Evaluate(Vec<Example>, usize, Sender<Result<Collected>>),
 }
@@ -193,7 +193,7 @@ impl Rollouts {
 
     /// Hands the fleet policy `version`: at once inline (and reports the
     /// sync), else before the thread's next batch (reported with it).
-    pub fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<Option<SyncReport>> {
+    pub fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<Option<SyncReport>> {
         match self {
             Rollouts::Inline(side) => side.update_weights(version, tensors).map(Some),
             Rollouts::Ahead(ahead) => {

@@ -22,7 +22,7 @@ use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::WeightSource;
 use grpo_reward::RewardPool;
 use grpo_rollout::engine::EngineConfig;
-use grpo_rollout::worker::Token;
+use grpo_worker::AuthToken;
 use grpo_xla::trace::Mesh;
 use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
@@ -213,7 +213,7 @@ impl Run<GrpoTask> {
         };
         let token_file = config.rollout.worker_token_file.as_deref();
         let fleet = plan.build(&engine, || {
-            Token::from_file_or_env(token_file, "rollout.worker_token_file").map_err(|e| Error::Config {
+            AuthToken::from_file_or_env(token_file, "rollout.worker_token_file").map_err(|e| Error::Config {
                 field: "rollout.worker_token_file",
                 message: e.to_string(),
             })

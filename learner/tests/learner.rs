@@ -11,7 +11,7 @@ use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
 use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing};
-use grpo_learner::completion_logprobs::CompletionLogprobs;
+use grpo_learner::completion_logprobs::LogprobPrograms;
 use grpo_learner::learner::{Learner, Optimization};
 use grpo_learner::loss::{GrpoLoss, LossType};
 use grpo_learner::objective::grpo::GrpoObjective;
@@ -283,7 +283,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     // The old-policy / reference program reads the shared layout too: the
     // log-prob program's log-probs of each completion, in sample order.
     let start = fresh();
-    let mut programs = CompletionLogprobs::new(&client, &decoder, start.mesh(), 1.0);
+    let mut programs = LogprobPrograms::new(&client, &decoder, start.mesh(), 1.0);
     let mut inputs = shared.micro_batches[0]
         .upload(&client, start.mesh(), normalizer)
         .unwrap();

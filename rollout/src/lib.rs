@@ -29,6 +29,5 @@ pub mod request;
 pub mod sampling;
 pub mod stop;
 mod text;
-pub mod worker;
 
 pub use error::{Error, Result};

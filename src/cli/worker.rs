@@ -21,7 +21,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_rollout::worker::{DEFAULT_PORT, Token, WorkerServer, announce};
+use grpo_worker::{AuthToken, DEFAULT_PORT, WorkerServer, announce};
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
@@ -72,7 +72,7 @@ fn parse_dtype(name: &str) -> Result<ElementType, String> {
 
 /// Builds the engine and serves it until the process is stopped.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
-    let token = Token::from_file_or_env(args.token_file.as_deref(), "--token-file")?;
+    let token = AuthToken::from_file_or_env(args.token_file.as_deref(), "--token-file")?;
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let decoder = Decoder::new(model.config.clone());

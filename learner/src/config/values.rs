@@ -7,7 +7,7 @@ use std::fmt::Display;
 use std::time::Duration;
 
 use grpo_reward::config::{MAX_SECONDS, duration};
-use grpo_rollout::worker::WireDtype;
+use grpo_worker::WireDtype;
 use grpo_xla::ElementType;
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;

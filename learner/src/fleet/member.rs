@@ -10,15 +10,15 @@ use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
-use grpo_rollout::worker::{EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, WorkerClient, WorkerError};
+use grpo_worker::{EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, WorkerClient, WorkerError};
 use tokio::sync::OnceCell;
 use tokio::task::AbortHandle;
 
-use super::Weights;
+use super::HostWeights;
 
 /// How the fleet reaches a member.
 #[derive(Clone)]
-pub(super) enum Backend {
+pub(super) enum Connection {
     /// A `grpo worker` over gRPC.
     Remote(WorkerClient),
     /// The in-process engine on its own thread; weights handed over in memory.
@@ -79,7 +79,7 @@ pub(super) const LOCAL_INSTANCE: u64 = 0;
 pub(super) struct Member {
     /// Its address, or `in-process`.
     pub name: String,
-    pub backend: Backend,
+    pub connection: Connection,
     pub state: State,
     /// Samples it decodes together (from its last Health answer).
     pub slots: usize,
@@ -103,10 +103,10 @@ pub(super) struct Member {
 
 impl Member {
     /// A member not heard from yet, asked for its health at once.
-    pub fn new(name: String, backend: Backend) -> Member {
+    pub fn new(name: String, connection: Connection) -> Member {
         Member {
             name,
-            backend,
+            connection,
             state: State::Unknown,
             slots: 1,
             assigned: 0,
@@ -131,10 +131,10 @@ impl Member {
 }
 
 /// The samples of `request`, all of them or the failure.
-pub(super) async fn generate(backend: Backend, request: Request) -> Result<Vec<Completion>, Failure> {
-    match backend {
-        Backend::Remote(mut client) => Ok(client.generate(&request).await?.all().await?),
-        Backend::Local(handle) => Ok(handle.generate(request).await?.finished().await?),
+pub(super) async fn generate(connection: Connection, request: Request) -> Result<Vec<Completion>, Failure> {
+    match connection {
+        Connection::Remote(mut client) => Ok(client.generate(&request).await?.all().await?),
+        Connection::Local(handle) => Ok(handle.generate(request).await?.finished().await?),
     }
 }
 
@@ -145,13 +145,13 @@ pub(super) async fn generate(backend: Backend, request: Request) -> Result<Vec<C
 #[derive(Clone)]
 pub(super) struct Payload {
     /// The named f32 tensors.
-    pub tensors: Weights,
+    pub tensors: HostWeights,
     encoded: Arc<OnceCell<Arc<EncodedUpdate>>>,
 }
 
 impl Payload {
     /// `tensors`, not yet encoded.
-    pub fn new(tensors: Weights) -> Payload {
+    pub fn new(tensors: HostWeights) -> Payload {
         Payload {
             tensors,
             encoded: Arc::default(),
@@ -182,24 +182,24 @@ impl Payload {
 /// Installs `payload` as `version` on the member: the tensors in memory
 /// for the in-process engine, their encoding for a worker.
 pub(super) async fn push(
-    backend: Backend,
+    connection: Connection,
     version: u64,
     payload: Payload,
     options: PushOptions,
 ) -> Result<(), Failure> {
-    match backend {
-        Backend::Remote(mut client) => Ok(client.push_encoded(payload.encoded(version, options).await?).await?),
-        Backend::Local(handle) => Ok(handle.update_weights(version, payload.tensors, InFlight::Keep).await?),
+    match connection {
+        Connection::Remote(mut client) => Ok(client.push_encoded(payload.encoded(version, options).await?).await?),
+        Connection::Local(handle) => Ok(handle.update_weights(version, payload.tensors, InFlight::Keep).await?),
     }
 }
 
 /// The member's health, or a failure when it does not answer within
 /// `deadline` or speaks another protocol.
-pub(super) async fn ping(backend: Backend, deadline: Duration) -> Result<Health, Failure> {
+pub(super) async fn ping(connection: Connection, deadline: Duration) -> Result<Health, Failure> {
     let health = async {
-        match backend {
-            Backend::Remote(mut client) => Ok::<_, Failure>(client.health().await?),
-            Backend::Local(handle) => {
+        match connection {
+            Connection::Remote(mut client) => Ok::<_, Failure>(client.health().await?),
+            Connection::Local(handle) => {
                 let stats = handle.stats().await?;
                 Ok(Health {
                     paused: stats.paused,

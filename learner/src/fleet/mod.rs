@@ -33,7 +33,7 @@ pub use pool::{FleetConfig, WorkerFleet};
 
 /// A policy's named tensors (Hugging Face names), shared rather than copied
 /// between the learner, the fleet and its members.
-pub type Weights = Arc<[(String, HostTensor)]>;
+pub type HostWeights = Arc<[(String, HostTensor)]>;
 
 /// What one weight sync moved.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,7 +74,7 @@ pub trait Fleet: Send {
     fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>>;
 
     /// Installs `tensors` as policy `version` everywhere.
-    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport>;
+    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport>;
 
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
@@ -108,7 +108,7 @@ impl Fleet for LocalFleet {
         Ok(self.engine.generate(requests)?)
     }
 
-    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
         let started = Instant::now();
         self.engine.update_weights(version, &tensors, InFlight::Keep)?;
         Ok(SyncReport {

@@ -11,7 +11,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::WeightSource;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_rollout::worker::{PushOptions, Token};
+use grpo_worker::{AuthToken, PushOptions};
 use grpo_xla::{Client, Device};
 
 use super::{Fleet, FleetConfig, LocalFleet, WorkerFleet};
@@ -75,7 +75,7 @@ impl FleetPlan {
     /// Builds the fleet: in-process engines made of `engine`, workers
     /// reached with the token `token` gives (only called when there are
     /// workers to call or a registry to open).
-    pub fn build(&self, engine: &EngineParts<'_>, token: impl Fn() -> Result<Token>) -> Result<Box<dyn Fleet>> {
+    pub fn build(&self, engine: &EngineParts<'_>, token: impl Fn() -> Result<AuthToken>) -> Result<Box<dyn Fleet>> {
         let devices = engine.client.devices();
         if self.engines > devices.len() {
             return Err(Error::Config {

@@ -40,13 +40,13 @@ use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
-use grpo_rollout::worker::{Health, PushOptions, Registration, RegistryServer, Token, WorkerClient};
+use grpo_worker::{AuthToken, Health, PushOptions, Registration, RegistryServer, WorkerClient};
 use grpo_xla::Buffer;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::member::{self, Backend, Failure, Member, Payload, State};
-use super::{Fleet, FleetHealth, SyncReport, Weights, f32_bytes};
+use super::member::{self, Connection, Failure, Member, Payload, State};
+use super::{Fleet, FleetHealth, HostWeights, SyncReport, f32_bytes};
 use crate::error::{Error, Result};
 use crate::learner::host_tensors;
 
@@ -146,7 +146,7 @@ pub struct WorkerFleet {
     config: FleetConfig,
     members: Vec<Member>,
     /// Announcements from the registry, with the token its workers carry.
-    registry: Option<(mpsc::UnboundedReceiver<Registration>, Token)>,
+    registry: Option<(mpsc::UnboundedReceiver<Registration>, AuthToken)>,
     events: mpsc::UnboundedSender<Event>,
     inbox: mpsc::UnboundedReceiver<Event>,
     /// The fleet's policy version and its weights (for members that join
@@ -186,7 +186,7 @@ impl WorkerFleet {
 
     /// Adds the workers at `endpoints` (`host:port` or URLs), called with
     /// `token`. They need not be up yet: they join when they answer.
-    pub fn add_workers(&mut self, endpoints: &[String], token: &Token) -> Result<()> {
+    pub fn add_workers(&mut self, endpoints: &[String], token: &AuthToken) -> Result<()> {
         let _entered = self.runtime.enter();
         for endpoint in endpoints {
             let client = WorkerClient::connect_lazy(endpoint, token).map_err(|e| Error::Worker {
@@ -194,14 +194,14 @@ impl WorkerFleet {
                 message: e.to_string(),
             })?;
             self.members
-                .push(Member::new(endpoint.clone(), Backend::Remote(client)));
+                .push(Member::new(endpoint.clone(), Connection::Remote(client)));
         }
         Ok(())
     }
 
     /// Takes registrations of workers carrying `token` on `addr`; returns
     /// the address bound (its port picked if 0 was given).
-    pub fn listen(&mut self, addr: SocketAddr, token: Token) -> Result<SocketAddr> {
+    pub fn listen(&mut self, addr: SocketAddr, token: AuthToken) -> Result<SocketAddr> {
         let announce_every = self.config.heartbeat;
         let (server, registrations) = self
             .runtime
@@ -220,7 +220,7 @@ impl WorkerFleet {
     /// Adds an in-process engine, called `name` in logs (moved onto its own thread).
     pub fn add_engine(&mut self, name: String, engine: Engine) {
         let handle = EngineHandle::spawn(engine);
-        self.members.push(Member::new(name, Backend::Local(handle)));
+        self.members.push(Member::new(name, Connection::Local(handle)));
     }
 
     fn ticket(&mut self) -> u64 {
@@ -250,7 +250,7 @@ impl WorkerFleet {
                 None => match WorkerClient::connect_lazy(&address, token) {
                     Ok(client) => {
                         tracing::info!("rollout worker {address} registered");
-                        self.members.push(Member::new(address, Backend::Remote(client)));
+                        self.members.push(Member::new(address, Connection::Remote(client)));
                     }
                     Err(e) => tracing::warn!("rollout worker {address} registered, but cannot be called: {e}"),
                 },
@@ -280,13 +280,13 @@ impl WorkerFleet {
 
     fn start_ping(&mut self, index: usize, now: Instant) {
         let ticket = self.ticket();
-        let (backend, deadline, events) = (
-            self.members[index].backend.clone(),
+        let (connection, deadline, events) = (
+            self.members[index].connection.clone(),
             self.config.timeout,
             self.events.clone(),
         );
         let task = self.runtime.spawn(async move {
-            let result = member::ping(backend, deadline).await;
+            let result = member::ping(connection, deadline).await;
             let _ = events.send(Event::Pinged {
                 member: index,
                 ticket,
@@ -303,13 +303,13 @@ impl WorkerFleet {
             return;
         };
         let ticket = self.ticket();
-        let (backend, options, events) = (
-            self.members[index].backend.clone(),
+        let (connection, options, events) = (
+            self.members[index].connection.clone(),
             self.config.push,
             self.events.clone(),
         );
         let task = self.runtime.spawn(async move {
-            let result = member::push(backend, version, weights, options).await;
+            let result = member::push(connection, version, weights, options).await;
             let _ = events.send(Event::Pushed {
                 member: index,
                 ticket,
@@ -335,13 +335,13 @@ impl WorkerFleet {
             };
             work.queue.pop_front();
             let ticket = self.ticket();
-            let (backend, request, events) = (
-                self.members[index].backend.clone(),
+            let (connection, request, events) = (
+                self.members[index].connection.clone(),
                 work.requests[group].clone(),
                 self.events.clone(),
             );
             let task = self.runtime.spawn(async move {
-                let result = member::generate(backend, request).await;
+                let result = member::generate(connection, request).await;
                 let _ = events.send(Event::Generated { ticket, result });
             });
             self.members[index].assigned += samples;
@@ -536,9 +536,9 @@ impl WorkerFleet {
     /// Bytes of values one push of the current weights sends to the member.
     fn wire_bytes(&self, index: usize) -> u64 {
         let f32 = self.weights.as_ref().map_or(0, |w| f32_bytes(&w.tensors));
-        match self.members[index].backend {
-            Backend::Remote(_) => f32 / 4 * self.config.push.dtype.element_bytes() as u64,
-            Backend::Local(_) => f32,
+        match self.members[index].connection {
+            Connection::Remote(_) => f32 / 4 * self.config.push.dtype.element_bytes() as u64,
+            Connection::Local(_) => f32,
         }
     }
 
@@ -630,7 +630,7 @@ impl Fleet for WorkerFleet {
         Ok(work.results.into_iter().map(|r| r.expect("a finished work")).collect())
     }
 
-    fn update_weights(&mut self, version: u64, tensors: Weights) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
         let started = Instant::now();
         self.version = Some(version);
         self.weights = Some(Payload::new(tensors));
@@ -654,16 +654,20 @@ impl Fleet for WorkerFleet {
     fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()> {
         // The in-process engine holds these weights already: it only takes the version.
         for member in &mut self.members {
-            if let Backend::Local(handle) = &member.backend {
+            if let Connection::Local(handle) = &member.connection {
                 self.runtime
                     .block_on(handle.update_weights(version, Vec::new(), InFlight::Keep))?;
                 member.installed = Some(version);
             }
         }
         self.version = Some(version);
-        let remote = self.registry.is_some() || self.members.iter().any(|m| matches!(m.backend, Backend::Remote(_)));
+        let remote = self.registry.is_some()
+            || self
+                .members
+                .iter()
+                .any(|m| matches!(m.connection, Connection::Remote(_)));
         if remote {
-            self.weights = Some(Payload::new(host_tensors::<Weights>(params)?));
+            self.weights = Some(Payload::new(host_tensors::<HostWeights>(params)?));
         }
         self.drive(Work::sync()).map(|_| ())
     }

@@ -8,7 +8,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
-use crate::worker::error::WorkerError;
+use crate::error::WorkerError;
 
 /// The metadata key the token travels under.
 const KEY: &str = "authorization";
@@ -19,11 +19,11 @@ pub const TOKEN_VAR: &str = "GRPO_WORKER_TOKEN";
 /// A shared secret between a worker and its callers: non-empty, visible
 /// ASCII without spaces (it travels in an HTTP header). Its `Debug` hides it.
 #[derive(Clone)]
-pub struct Token(Arc<str>);
+pub struct AuthToken(Arc<str>);
 
-impl Token {
+impl AuthToken {
     /// Checks and wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Result<Token, WorkerError> {
+    pub fn new(secret: impl Into<String>) -> Result<AuthToken, WorkerError> {
         let secret = secret.into();
         if secret.is_empty() {
             return Err(WorkerError::Token {
@@ -35,13 +35,13 @@ impl Token {
                 message: format!("it holds {bad:?}; use visible ASCII characters without spaces"),
             });
         }
-        Ok(Token(secret.into()))
+        Ok(AuthToken(secret.into()))
     }
 
     /// The token in `file` (surrounding whitespace ignored), else in the
     /// `GRPO_WORKER_TOKEN` environment variable; `what` names the setting
     /// that names the file, for the error when there is neither.
-    pub fn from_file_or_env(file: Option<&std::path::Path>, what: &str) -> Result<Token, WorkerError> {
+    pub fn from_file_or_env(file: Option<&std::path::Path>, what: &str) -> Result<AuthToken, WorkerError> {
         let secret = match file {
             Some(path) => std::fs::read_to_string(path).map_err(|e| WorkerError::Token {
                 message: format!("cannot read {}: {e}", path.display()),
@@ -50,7 +50,7 @@ impl Token {
                 message: format!("none given: set {what} to a file holding it, or set {TOKEN_VAR}"),
             })?,
         };
-        Token::new(secret.trim())
+        AuthToken::new(secret.trim())
     }
 
     /// The header value, `Bearer <token>`.
@@ -59,9 +59,9 @@ impl Token {
     }
 }
 
-impl std::fmt::Debug for Token {
+impl std::fmt::Debug for AuthToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Token(…)")
+        f.write_str("AuthToken(…)")
     }
 }
 
@@ -78,7 +78,7 @@ pub(crate) struct CheckToken {
 }
 
 impl CheckToken {
-    pub fn new(token: &Token) -> CheckToken {
+    pub fn new(token: &AuthToken) -> CheckToken {
         CheckToken {
             expected: token.header().into_bytes().into(),
         }
@@ -104,7 +104,7 @@ pub(crate) struct AttachToken {
 }
 
 impl AttachToken {
-    pub fn new(token: &Token) -> AttachToken {
+    pub fn new(token: &AuthToken) -> AttachToken {
         let value = token
             .header()
             .parse()
@@ -132,18 +132,18 @@ mod tests {
 
     #[test]
     fn tokens_are_checked_and_hidden() {
-        assert!(Token::new("").is_err());
-        assert!(Token::new("a b").is_err());
-        assert!(Token::new("é").is_err());
-        let token = Token::new("s3cret-token_1").unwrap();
-        assert_eq!(format!("{token:?}"), "Token(…)");
+        assert!(AuthToken::new("").is_err());
+        assert!(AuthToken::new("a b").is_err());
+        assert!(AuthToken::new("é").is_err());
+        let token = AuthToken::new("s3cret-token_1").unwrap();
+        assert_eq!(format!("{token:?}"), "AuthToken(…)");
     }
 
     #[test]
     fn the_check_accepts_only_the_same_token() {
-        let token = Token::new("right").unwrap();
+        let token = AuthToken::new("right").unwrap();
         let mut check = CheckToken::new(&token);
-        let call = |attach: Option<&Token>| {
+        let call = |attach: Option<&AuthToken>| {
             let mut request = Request::new(());
             if let Some(token) = attach {
                 request = AttachToken::new(token).call(request).unwrap();
@@ -152,7 +152,7 @@ mod tests {
         };
         assert!(check.call(call(Some(&token))).is_ok());
         for wrong in ["wrong", "righ", "right2"] {
-            let status = check.call(call(Some(&Token::new(wrong).unwrap()))).unwrap_err();
+            let status = check.call(call(Some(&AuthToken::new(wrong).unwrap()))).unwrap_err();
             assert_eq!(status.code(), tonic::Code::Unauthenticated);
         }
         let status = check.call(call(None)).unwrap_err();

@@ -23,10 +23,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Code, Request, Response, Status};
 
-use crate::worker::PROTOCOL_VERSION;
-use crate::worker::auth::{AttachToken, CheckToken, Token};
-use crate::worker::client::parse_endpoint;
-use crate::worker::error::WorkerError;
+use crate::PROTOCOL_VERSION;
+use crate::auth::{AttachToken, AuthToken, CheckToken};
+use crate::client::parse_endpoint;
+use crate::error::WorkerError;
 
 /// A worker that announced itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub struct Registration {
 pub struct RegistryServer {
     listener: TcpListener,
     addr: SocketAddr,
-    token: Token,
+    token: AuthToken,
     service: Registry,
 }
 
@@ -49,7 +49,7 @@ impl RegistryServer {
     /// Accepted registrations arrive on the returned channel.
     pub async fn bind(
         addr: SocketAddr,
-        token: Token,
+        token: AuthToken,
         announce_every: Duration,
     ) -> Result<(RegistryServer, mpsc::UnboundedReceiver<Registration>), WorkerError> {
         let bind_error = |source| WorkerError::Bind { addr, source };
@@ -133,7 +133,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 pub async fn announce(
     learner: &str,
     address: &str,
-    token: &Token,
+    token: &AuthToken,
     mut on_change: impl FnMut(Result<(), &WorkerError>),
 ) -> WorkerError {
     let channel = match parse_endpoint(learner) {

@@ -1,9 +1,9 @@
-//! The rollout worker: the engine served over gRPC (package
-//! `grpo.rollout.v1` of grpo-proto), and the client the learner calls it
-//! with.
+//! grpo-worker: the rollout engine of grpo-rollout served over gRPC
+//! (package `grpo.rollout.v1` of grpo-proto), and the client the learner
+//! calls it with. The engine crate knows nothing of the transport.
 //!
 //! - [`WorkerServer`]: binds an address (loopback unless another is given),
-//!   moves the engine onto its thread ([`crate::handle`]) and serves
+//!   moves the engine onto its thread ([`grpo_rollout::handle`]) and serves
 //!   Generate (one message per finished sample: token ids, log-probs,
 //!   versions, finish reason), the three-phase weight update, Pause
 //!   (abort / wait / keep), Resume, Health and Stats.
@@ -15,10 +15,10 @@
 //! - [`RegistryServer`] and [`announce`]: workers started with the
 //!   learner's address register with it (and keep announcing themselves),
 //!   so a fleet grows and heals without a fixed address list.
-//! - [`Token`]: the shared token every call carries
+//! - [`AuthToken`]: the shared token every call carries
 //!   (`authorization: Bearer <token>`), checked in constant time.
 //! - [`WorkerError`]: what fails beyond the engine's errors; engine errors
-//!   become gRPC status codes in one `From` impl (refused requests and
+//!   become gRPC status codes in one function (refused requests and
 //!   updates `InvalidArgument`, a stopped engine `Unavailable`).
 
 mod auth;
@@ -29,7 +29,7 @@ mod registry;
 mod server;
 pub mod weights;
 
-pub use auth::{TOKEN_VAR, Token};
+pub use auth::{AuthToken, TOKEN_VAR};
 pub use client::{Health, PushOptions, RemoteSamples, WorkerClient};
 pub use error::WorkerError;
 /// The generated messages and services of `grpo.rollout.v1`.

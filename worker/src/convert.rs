@@ -4,11 +4,11 @@
 
 use grpo_proto::rollout as proto;
 
-use crate::engine::EngineStats;
-use crate::handle::{PauseMode, ServiceStats};
-use crate::output::{Completion, FinishReason, RequestId, StopReason};
-use crate::request::{LogprobsMode, Request, SamplingParams};
-use crate::worker::error::WorkerError;
+use crate::error::WorkerError;
+use grpo_rollout::engine::EngineStats;
+use grpo_rollout::handle::{PauseMode, ServiceStats};
+use grpo_rollout::output::{Completion, FinishReason, RequestId, StopReason};
+use grpo_rollout::request::{LogprobsMode, Request, SamplingParams};
 
 /// A count from the wire; one too large for `usize` saturates (and the engine refuses it).
 fn count(value: u64) -> usize {

@@ -6,6 +6,7 @@
 //! weights keep serving; every call needs the token; pause (keep, abort,
 //! wait), resume, cancellation, health and stats.
 
+#[path = "../../rollout/tests/common/mod.rs"]
 mod common;
 
 use std::sync::OnceLock;
@@ -18,10 +19,10 @@ use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::handle::{PauseMode, ServiceStats};
 use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
-use grpo_rollout::worker::proto::rollout_worker_client::RolloutWorkerClient;
-use grpo_rollout::worker::{
-    EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, Token, WireDtype, WorkerClient, WorkerError,
-    WorkerServer, proto,
+use grpo_worker::proto::rollout_worker_client::RolloutWorkerClient;
+use grpo_worker::{
+    AuthToken, EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, WireDtype, WorkerClient,
+    WorkerError, WorkerServer, proto,
 };
 use grpo_xla::Client;
 use tonic::Code;
@@ -35,8 +36,8 @@ fn cpu_client() -> Client {
     CLIENT.get_or_init(common::cpu_client).clone()
 }
 
-fn token() -> Token {
-    Token::new("worker-test-token").unwrap()
+fn token() -> AuthToken {
+    AuthToken::new("worker-test-token").unwrap()
 }
 
 fn engine(client: &Client) -> Engine {
@@ -323,7 +324,7 @@ async fn refused_updates_leave_the_old_weights_serving() {
 async fn every_call_needs_the_token() {
     let client = cpu_client();
     let (mut worker, endpoint) = worker(&client).await;
-    let mut wrong = WorkerClient::connect(&endpoint, &Token::new("not-the-token").unwrap())
+    let mut wrong = WorkerClient::connect(&endpoint, &AuthToken::new("not-the-token").unwrap())
         .await
         .unwrap();
     let update = new_weights(1, WireDtype::F32);

@@ -21,13 +21,13 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::engine::Engine;
-use crate::handle::{EngineHandle, SampleStream};
-use crate::worker::PROTOCOL_VERSION;
-use crate::worker::auth::{CheckToken, Token};
-use crate::worker::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
-use crate::worker::error::WorkerError;
-use crate::worker::weights::{MAX_CHUNK_BYTES, StagedUpdate};
+use crate::PROTOCOL_VERSION;
+use crate::auth::{AuthToken, CheckToken};
+use crate::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
+use crate::error::{WorkerError, status};
+use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate};
+use grpo_rollout::engine::Engine;
+use grpo_rollout::handle::{EngineHandle, SampleStream};
 
 /// The port a worker listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 50051;
@@ -50,14 +50,14 @@ pub struct WorkerServer {
     listener: TcpListener,
     addr: SocketAddr,
     service: Service,
-    token: Token,
+    token: AuthToken,
 }
 
 impl WorkerServer {
     /// Listens on `addr` (give `127.0.0.1` to stay on this machine; port 0
     /// picks a free one) and moves `engine` onto its own thread. Calls must
     /// carry `token`.
-    pub async fn bind(addr: SocketAddr, engine: Engine, token: Token) -> Result<WorkerServer, WorkerError> {
+    pub async fn bind(addr: SocketAddr, engine: Engine, token: AuthToken) -> Result<WorkerServer, WorkerError> {
         let bind_error = |source| WorkerError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
@@ -145,7 +145,7 @@ impl Service {
                 reason: error.to_string(),
             };
         }
-        Ok(added?)
+        added.map_err(status)
     }
 }
 
@@ -164,7 +164,7 @@ async fn forward(mut samples: SampleStream, sender: mpsc::Sender<Result<proto::S
                 None => continue,
             },
             // The engine stopped: the call ends with its status.
-            Some(Err(error)) => (Err(error.into()), true),
+            Some(Err(error)) => (Err(status(error)), true),
         };
         if sender.send(message).await.is_err() || last {
             return;
@@ -180,7 +180,11 @@ impl RolloutWorker for Service {
         &self,
         request: Request<proto::GenerateRequest>,
     ) -> Result<Response<Self::GenerateStream>, Status> {
-        let samples = self.handle.generate(request_from_proto(request.into_inner())).await?;
+        let samples = self
+            .handle
+            .generate(request_from_proto(request.into_inner()))
+            .await
+            .map_err(status)?;
         let (sender, receiver) = mpsc::channel(SAMPLES_BUFFERED);
         tokio::spawn(forward(samples, sender));
         Ok(Response::new(ReceiverStream::new(receiver)))
@@ -203,7 +207,7 @@ impl RolloutWorker for Service {
                     version: start.version,
                     reason: error.to_string(),
                 };
-                Err(error.into())
+                Err(status(error))
             }
         }
     }
@@ -254,7 +258,7 @@ impl RolloutWorker for Service {
                     reason,
                 };
             }
-            return Err(error.into());
+            return Err(status(error));
         }
         Ok(Response::new(proto::FinishWeightUpdateResponse { version }))
     }
@@ -263,17 +267,17 @@ impl RolloutWorker for Service {
         let code = request.into_inner().mode;
         let mode = pause_mode_from_proto(code)
             .ok_or_else(|| Status::invalid_argument(format!("pause mode {code} is not ABORT, WAIT or KEEP")))?;
-        self.handle.pause(mode).await?;
+        self.handle.pause(mode).await.map_err(status)?;
         Ok(Response::new(proto::PauseResponse {}))
     }
 
     async fn resume(&self, _: Request<proto::ResumeRequest>) -> Result<Response<proto::ResumeResponse>, Status> {
-        self.handle.resume().await?;
+        self.handle.resume().await.map_err(status)?;
         Ok(Response::new(proto::ResumeResponse {}))
     }
 
     async fn health(&self, _: Request<proto::HealthRequest>) -> Result<Response<proto::HealthResponse>, Status> {
-        let stats = self.handle.stats().await?;
+        let stats = self.handle.stats().await.map_err(status)?;
         let status = if stats.paused {
             proto::ServingStatus::Paused
         } else {
@@ -289,6 +293,8 @@ impl RolloutWorker for Service {
     }
 
     async fn stats(&self, _: Request<proto::StatsRequest>) -> Result<Response<proto::StatsResponse>, Status> {
-        Ok(Response::new(stats_to_proto(&self.handle.stats().await?)))
+        Ok(Response::new(stats_to_proto(
+            &self.handle.stats().await.map_err(status)?,
+        )))
     }
 }

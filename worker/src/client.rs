@@ -10,15 +10,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::engine::InFlight;
-use crate::handle::{PauseMode, ServiceStats};
-use crate::output::Completion;
-use crate::request::Request;
-use crate::worker::auth::{AttachToken, Token};
-use crate::worker::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
-use crate::worker::error::WorkerError;
-use crate::worker::server::{CONNECTION_WINDOW, STREAM_WINDOW};
-use crate::worker::weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
+use crate::auth::{AttachToken, AuthToken};
+use crate::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
+use crate::error::WorkerError;
+use crate::server::{CONNECTION_WINDOW, STREAM_WINDOW};
+use crate::weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
+use grpo_rollout::engine::InFlight;
+use grpo_rollout::handle::{PauseMode, ServiceStats};
+use grpo_rollout::output::Completion;
+use grpo_rollout::request::Request;
 
 /// Chunks queued ahead of the network while pushing weights.
 const CHUNKS_AHEAD: usize = 4;
@@ -73,7 +73,7 @@ pub struct Health {
     pub paused: bool,
     /// The policy version serving.
     pub version: u64,
-    /// The protocol version it speaks ([`crate::worker::PROTOCOL_VERSION`]
+    /// The protocol version it speaks ([`crate::PROTOCOL_VERSION`]
     /// for this build; 0 from workers older than the field).
     pub protocol_version: u32,
     /// Samples it decodes together (its engine slots).
@@ -133,7 +133,7 @@ pub struct WorkerClient {
 impl WorkerClient {
     /// Connects to the worker at `endpoint` (`host:port`, or a URL such as
     /// `http://host:port`), sending `token` with every call.
-    pub async fn connect(endpoint: &str, token: &Token) -> Result<WorkerClient, WorkerError> {
+    pub async fn connect(endpoint: &str, token: &AuthToken) -> Result<WorkerClient, WorkerError> {
         let channel = parse_endpoint(endpoint)?
             .connect()
             .await
@@ -147,11 +147,11 @@ impl WorkerClient {
     /// A client of the worker at `endpoint` that connects on its first call
     /// (and reconnects after the worker restarts), for workers that may not
     /// be up yet. Call it within a tokio runtime.
-    pub fn connect_lazy(endpoint: &str, token: &Token) -> Result<WorkerClient, WorkerError> {
+    pub fn connect_lazy(endpoint: &str, token: &AuthToken) -> Result<WorkerClient, WorkerError> {
         Ok(WorkerClient::on(parse_endpoint(endpoint)?.connect_lazy(), token))
     }
 
-    fn on(channel: Channel, token: &Token) -> WorkerClient {
+    fn on(channel: Channel, token: &AuthToken) -> WorkerClient {
         WorkerClient {
             inner: RolloutWorkerClient::with_interceptor(channel, AttachToken::new(token)),
         }

@@ -6,15 +6,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use grpo_rollout::worker::proto::worker_registry_client::WorkerRegistryClient;
-use grpo_rollout::worker::{PROTOCOL_VERSION, Registration, RegistryServer, Token, WorkerError, announce, proto};
+use grpo_worker::proto::worker_registry_client::WorkerRegistryClient;
+use grpo_worker::{AuthToken, PROTOCOL_VERSION, Registration, RegistryServer, WorkerError, announce, proto};
 use tokio::sync::mpsc;
 use tonic::Code;
 
 const EVERY: Duration = Duration::from_millis(100);
 
-fn token(secret: &str) -> Token {
-    Token::new(secret).unwrap()
+fn token(secret: &str) -> AuthToken {
+    AuthToken::new(secret).unwrap()
 }
 
 /// A registry on a free loopback port, serving in the background.

@@ -19,8 +19,8 @@ use grpo_model::names::ParamSpec;
 use grpo_model::weights::HostTensor;
 use grpo_proto::rollout as proto;
 
-use crate::engine::InFlight;
-use crate::error::{Error, Result};
+use grpo_rollout::engine::InFlight;
+use grpo_rollout::{Error, Result};
 
 /// The most bytes of values one chunk may carry (the worker accepts gRPC
 /// messages this big plus room for the other fields).
@@ -209,7 +209,7 @@ impl StagedTensor {
     }
 }
 
-/// A complete update, ready for [`crate::handle::EngineHandle::update_weights`].
+/// A complete update, ready for [`grpo_rollout::handle::EngineHandle::update_weights`].
 #[derive(Debug)]
 pub(crate) struct Assembled {
     pub version: u64,

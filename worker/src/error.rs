@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use tonic::{Code, Status};
 
-use crate::error::Error;
+use grpo_rollout::Error;
 
 /// Why a worker could not serve, or a call to one failed.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,7 @@ pub enum WorkerError {
         chunk_bytes: usize,
         /// The smallest allowed: one value of the wire dtype.
         min: usize,
-        /// The largest allowed ([`crate::worker::MAX_CHUNK_BYTES`]).
+        /// The largest allowed ([`crate::MAX_CHUNK_BYTES`]).
         max: usize,
     },
 }
@@ -93,8 +93,8 @@ impl From<Status> for WorkerError {
 }
 
 /// The status a worker answers for an engine error, keeping its message.
-impl From<Error> for Status {
-    fn from(error: Error) -> Status {
+pub(crate) fn status(error: Error) -> Status {
+    {
         let code = match &error {
             Error::InvalidRequest { .. } | Error::InvalidUpdate { .. } => Code::InvalidArgument,
             Error::Busy { .. } => Code::FailedPrecondition,

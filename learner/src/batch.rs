@@ -57,7 +57,7 @@ pub fn batch_input<T: NativeType>(client: &Client, mesh: &Mesh, data: &[T], dims
 
 /// One scored sample, as the learner trains on it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rollout {
+pub struct TrainSample {
     /// The prompt's token ids (at least one).
     pub prompt: Vec<u32>,
     /// The completion's token ids.
@@ -195,7 +195,7 @@ pub fn token_bucket(len: usize, max: usize) -> usize {
 /// sequences longer than `max_tokens` are refused (the rollout engine's
 /// `max_model_len` keeps them shorter).
 pub fn pack(
-    rollouts: &[Rollout],
+    rollouts: &[TrainSample],
     rows: usize,
     max_tokens: usize,
     loss_type: LossType,
@@ -214,7 +214,7 @@ pub fn pack(
 /// [`pack`] with consecutive samples of one prompt sharing rows as
 /// `sharing` allows, when that costs fewer estimated FLOPs.
 pub fn pack_sharing(
-    rollouts: &[Rollout],
+    rollouts: &[TrainSample],
     samples: usize,
     max_tokens: usize,
     loss_type: LossType,
@@ -276,7 +276,7 @@ pub fn pack_sharing(
         .chunks(shape.rows)
         .map(|chunk| micro_batch(chunk, shape))
         .collect();
-    let valid: Vec<&Rollout> = rollouts.iter().filter(|r| r.valid).collect();
+    let valid: Vec<&TrainSample> = rollouts.iter().filter(|r| r.valid).collect();
     let tokens = valid.iter().map(|r| r.completion.len()).sum();
     Ok(StepBatch {
         micro_batches,
@@ -286,8 +286,8 @@ pub fn pack_sharing(
 }
 
 /// `rollouts` in order, cut into runs of at most `slots` samples with one prompt.
-fn prompt_packs(rollouts: &[Rollout], slots: usize) -> Vec<Vec<&Rollout>> {
-    let mut packs: Vec<Vec<&Rollout>> = Vec::new();
+fn prompt_packs(rollouts: &[TrainSample], slots: usize) -> Vec<Vec<&TrainSample>> {
+    let mut packs: Vec<Vec<&TrainSample>> = Vec::new();
     for r in rollouts {
         match packs.last_mut() {
             Some(pack) if pack.len() < slots && pack[0].prompt == r.prompt => pack.push(r),
@@ -300,13 +300,13 @@ fn prompt_packs(rollouts: &[Rollout], slots: usize) -> Vec<Vec<&Rollout>> {
 /// The estimated cost of training `packs` in micro-batches of `shape`:
 /// padded rows times a row's tokens, each token's cost growing with the
 /// row's length past the [`PromptSharing::attention_width`].
-fn layout_cost((shape, packs): &(MicroBatchShape, Vec<Vec<&Rollout>>), sharing: PromptSharing) -> f64 {
+fn layout_cost((shape, packs): &(MicroBatchShape, Vec<Vec<&TrainSample>>), sharing: PromptSharing) -> f64 {
     let padded_rows = packs.len().div_ceil(shape.rows) * shape.rows;
     let tokens = shape.tokens() as f64;
     padded_rows as f64 * tokens * (1.0 + tokens / sharing.attention_width)
 }
 
-fn micro_batch(chunk: &[Vec<&Rollout>], shape: MicroBatchShape) -> MicroBatch {
+fn micro_batch(chunk: &[Vec<&TrainSample>], shape: MicroBatchShape) -> MicroBatch {
     let (rows, p, k, c) = (shape.rows, shape.prompt_tokens, shape.slots, shape.completion_tokens);
     let (t, n) = (shape.tokens(), shape.samples());
     let mut b = MicroBatch {

@@ -24,7 +24,7 @@ use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer};
 use serde_json::{Map, Value};
 
 use crate::advantage::{ScaleRewards, advantages};
-use crate::batch::{PromptSharing, Rollout, attention_width, pack_sharing};
+use crate::batch::{PromptSharing, TrainSample, attention_width, pack_sharing};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::LogprobPrograms;
@@ -338,7 +338,7 @@ impl Task for GrpoTask {
         let adv = advantages(&rewards, c.group_size, c.scale_rewards)?;
 
         let training = Instant::now();
-        let rollouts: Vec<Rollout> = collected
+        let rollouts: Vec<TrainSample> = collected
             .groups
             .iter()
             .zip(&collected.prompts)
@@ -346,7 +346,7 @@ impl Task for GrpoTask {
             .flat_map(|(g, (group, prompt))| group.iter().map(move |completion| (g, completion, prompt)))
             .enumerate()
             .filter(|(_, (g, _, _))| !(stale || c.dynamic_sampling && adv.zero_std[*g]))
-            .map(|(i, (_, completion, prompt))| Rollout {
+            .map(|(i, (_, completion, prompt))| TrainSample {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
                 behaviour_logprobs: completion.logprobs.clone(),
@@ -493,7 +493,7 @@ impl GrpoTask {
     fn train(
         &mut self,
         learner: &mut Learner<GrpoObjective>,
-        rollouts: &[Rollout],
+        rollouts: &[TrainSample],
         lr: f64,
     ) -> Result<(StepMetrics, usize)> {
         let c = &self.config;

@@ -9,7 +9,7 @@ use grpo_xla::trace::{AdamW, Mesh};
 use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
 
-use crate::batch::{Rollout, StepBatch, batch_input, pack};
+use crate::batch::{StepBatch, TrainSample, batch_input, pack};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::config::sft::SftRunConfig;
@@ -121,9 +121,9 @@ pub fn encode_examples(
 /// Packs `examples` into micro-batches of `rows` rows (the layout of
 /// [`crate::batch::pack`]); the normalizer is the completion token count.
 pub fn pack_examples(examples: &[SftExample], rows: usize, max_tokens: usize) -> Result<StepBatch> {
-    let rollouts: Vec<Rollout> = examples
+    let rollouts: Vec<TrainSample> = examples
         .iter()
-        .map(|e| Rollout {
+        .map(|e| TrainSample {
             prompt: e.prompt.clone(),
             completion: e.completion.clone(),
             behaviour_logprobs: vec![0.0; e.completion.len()],

@@ -1,12 +1,12 @@
 //! Packing rollouts into micro-batches (layout, masks, padding rows, the
 //! normalizer) and the learning-rate schedules against hand-computed values.
 
-use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing, token_bucket};
+use grpo_learner::batch::{PromptSharing, TrainSample, pack, pack_sharing, token_bucket};
 use grpo_learner::loss::LossType;
 use grpo_learner::schedule::{Decay, Schedule};
 
-fn rollout(prompt: &[u32], completion: &[u32], advantage: f32, valid: bool) -> Rollout {
-    Rollout {
+fn rollout(prompt: &[u32], completion: &[u32], advantage: f32, valid: bool) -> TrainSample {
+    TrainSample {
         prompt: prompt.to_vec(),
         completion: completion.to_vec(),
         behaviour_logprobs: completion.iter().map(|&t| -(t as f32) / 10.0).collect(),

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
-use grpo_learner::batch::{PromptSharing, Rollout, pack, pack_sharing};
+use grpo_learner::batch::{PromptSharing, TrainSample, pack, pack_sharing};
 use grpo_learner::completion_logprobs::LogprobPrograms;
 use grpo_learner::learner::{Learner, Optimization};
 use grpo_learner::loss::{GrpoLoss, LossType};
@@ -52,13 +52,13 @@ fn sequences() -> Vec<(Vec<u32>, usize)> {
 
 /// The sequences as scored rollouts, with the reference log-probs as the
 /// behaviour's (entry `t` of a sequence's log-probs scores token `t + 1`).
-fn rollouts(logprobs: &[Vec<f32>], adv: &[f32]) -> Vec<Rollout> {
+fn rollouts(logprobs: &[Vec<f32>], adv: &[f32]) -> Vec<TrainSample> {
     sequences()
         .into_iter()
         .enumerate()
         .map(|(r, (ids, n))| {
             let p = ids.len() - n;
-            Rollout {
+            TrainSample {
                 prompt: ids[..p].to_vec(),
                 completion: ids[p..].to_vec(),
                 behaviour_logprobs: logprobs[r][p - 1..p - 1 + n].to_vec(),

@@ -1,0 +1,158 @@
+//! `[rollout]`: generation and the fleet that does it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::values::require;
+use super::{Dtype, MAX_BATCH, MAX_COUNT, MAX_GROUP_SIZE, MAX_MODEL_LEN, Seconds};
+use crate::error::Result;
+
+/// `[rollout]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutSection {
+    /// Samples per prompt, 2 to [`MAX_GROUP_SIZE`]. Default 8.
+    #[serde(alias = "num_generations")]
+    pub group_size: usize,
+    /// Prompts per step, 1 to [`MAX_BATCH`]. Default 8.
+    pub prompts_per_step: usize,
+    /// Most completion tokens, 1 to `max_model_len - 1`. Default 32.
+    #[serde(alias = "max_completion_length")]
+    pub max_completion_tokens: usize,
+    /// Sampling temperature, above 0 and at most 100; the learner scores
+    /// the samples at it too (TRL's semantics). Default 1.0.
+    pub temperature: f32,
+    /// Longest prompt + completion, 2 to [`MAX_MODEL_LEN`] (and at most
+    /// the model's positions). Default 256.
+    pub max_model_len: usize,
+    /// The in-process engine's weight and KV-cache dtype: "f32" (default)
+    /// or "bf16" (about twice the decode speed; the loss's importance
+    /// correction covers the rollout/learner mismatch).
+    pub dtype: Dtype,
+    /// The seed of the rollouts' sampling. Default 0.
+    pub seed: u32,
+    /// Rollout workers (`grpo worker`) to generate on, as `host:port` or
+    /// URLs; they need not be up when the run starts. Default none.
+    pub workers: Vec<String>,
+    /// `IP:port` where the learner takes registrations of workers
+    /// started with `grpo worker --learner` (e.g. "0.0.0.0:50050"); port 0
+    /// picks a free one. Default none.
+    pub listen: Option<SocketAddr>,
+    /// Whether the in-process engines generate too. Default: only when no
+    /// `workers` and no `listen` are given.
+    pub in_process: Option<bool>,
+    /// In-process engines, one per device of the learner's client (the
+    /// first N; on CPU `grpo run --cpu-devices N` makes N), 1 to
+    /// [`MAX_COUNT`]. Default 1.
+    pub engines: usize,
+    /// A file holding the workers' shared token; without it the token comes
+    /// from `GRPO_WORKER_TOKEN`. Relative to the config file.
+    pub worker_token_file: Option<PathBuf>,
+    /// How weights travel to workers: "f32" (exact; default) or "bf16" (half the bytes).
+    pub weight_dtype: Dtype,
+    /// Seconds between two Health calls to each worker. Default 2.
+    pub heartbeat_s: Seconds,
+    /// Seconds a worker may leave a Health call unanswered before it is
+    /// declared down and its groups go to other workers. Default 10.
+    pub worker_timeout_s: Seconds,
+    /// Seconds generation waits with no worker ready before the run stops.
+    /// Default 600.
+    pub worker_wait_s: Seconds,
+    /// How many versions behind the learner a batch's policy may be: 0
+    /// (default) is synchronous on-policy; k ≥ 1 (at most [`MAX_COUNT`])
+    /// generates the next batches while the learner trains, dropping
+    /// samples older than k versions.
+    pub max_staleness: usize,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        let seconds = |s: f64| Seconds::try_from(s).expect("a valid default");
+        RolloutSection {
+            group_size: 8,
+            prompts_per_step: 8,
+            max_completion_tokens: 32,
+            temperature: 1.0,
+            max_model_len: 256,
+            dtype: Dtype::F32,
+            seed: 0,
+            workers: Vec::new(),
+            listen: None,
+            in_process: None,
+            engines: 1,
+            worker_token_file: None,
+            weight_dtype: Dtype::F32,
+            heartbeat_s: seconds(2.0),
+            worker_timeout_s: seconds(10.0),
+            worker_wait_s: seconds(600.0),
+            max_staleness: 0,
+        }
+    }
+}
+
+impl RolloutSection {
+    /// Checks the section's values and their combinations.
+    pub(crate) fn validate(&self) -> Result<()> {
+        require(
+            "rollout.group_size",
+            (2..=MAX_GROUP_SIZE).contains(&self.group_size),
+            self.group_size,
+            &format!("GRPO compares 2 to {MAX_GROUP_SIZE} samples of a prompt"),
+        )?;
+        require(
+            "rollout.prompts_per_step",
+            (1..=MAX_BATCH).contains(&self.prompts_per_step),
+            self.prompts_per_step,
+            &format!("1 to {MAX_BATCH}"),
+        )?;
+        require(
+            "rollout.max_model_len",
+            (2..=MAX_MODEL_LEN).contains(&self.max_model_len),
+            self.max_model_len,
+            &format!("2 to {MAX_MODEL_LEN} tokens"),
+        )?;
+        require(
+            "rollout.max_completion_tokens",
+            (1..self.max_model_len).contains(&self.max_completion_tokens),
+            self.max_completion_tokens,
+            &format!(
+                "at least 1 and below rollout.max_model_len = {} (which holds the prompt too): lower it or raise \
+                 max_model_len",
+                self.max_model_len
+            ),
+        )?;
+        require(
+            "rollout.temperature",
+            self.temperature > 0.0 && self.temperature <= 100.0,
+            self.temperature,
+            "above 0 and at most 100 (a group's samples must differ; the learner scores them at this temperature)",
+        )?;
+        require(
+            "rollout.max_staleness",
+            self.max_staleness <= MAX_COUNT,
+            self.max_staleness,
+            &format!("at most {MAX_COUNT} versions"),
+        )?;
+        require(
+            "rollout.in_process",
+            self.in_process() || !self.workers.is_empty() || self.listen.is_some(),
+            "false",
+            "that leaves no engine: give rollout.workers or rollout.listen",
+        )?;
+        require(
+            "rollout.engines",
+            (1..=MAX_COUNT).contains(&self.engines) && (self.engines == 1 || self.in_process()),
+            self.engines,
+            &format!("1 to {MAX_COUNT}, and more than 1 only with rollout.in_process = true"),
+        )
+    }
+
+    /// Whether the in-process engines generate: as set, else only when
+    /// there are no workers to call and none registering.
+    pub fn in_process(&self) -> bool {
+        self.in_process
+            .unwrap_or(self.workers.is_empty() && self.listen.is_none())
+    }
+}

@@ -1,0 +1,108 @@
+//! `[trainer]`, `[checkpoint]` and `[logging]`: steps and batches, the
+//! learner's devices, checkpoints and the output folder.
+
+use std::path::PathBuf;
+
+use grpo_xla::trace::Parallelism;
+use serde::Deserialize;
+
+use super::values::require;
+use super::{Dtype, MAX_BATCH, ParallelismKind};
+use crate::error::Result;
+
+/// `[trainer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainerSection {
+    /// Steps of the run (0: only the evaluation and the final folder). Default 100.
+    pub max_steps: usize,
+    /// Samples per micro-batch, 1 to [`MAX_BATCH`]. Default 16.
+    #[serde(alias = "per_device_train_batch_size")]
+    pub micro_batch_size: usize,
+    /// Let a group's samples share one copy of their prompt in a row of the
+    /// train step when that costs fewer FLOPs (see [`crate::batch`]).
+    /// Default true.
+    pub share_prompts: bool,
+    /// The train step's forward/backward dtype: "f32" (default) or "bf16"
+    /// (mixed precision: f32 master weights and AdamW state).
+    pub compute_dtype: Dtype,
+    /// Greedy eval on the held-out rows before the first step, every this
+    /// many steps and after the last (0: never). Default 10.
+    #[serde(alias = "eval_steps")]
+    pub eval_every: usize,
+    /// How the learner spans devices: "none" (one device; default), "data"
+    /// or "fsdp" ([`ParallelismKind`]).
+    pub parallelism: ParallelismKind,
+    /// Devices of an SPMD learner (0: all the client's). Default 0.
+    pub devices: usize,
+}
+
+impl Default for TrainerSection {
+    fn default() -> Self {
+        TrainerSection {
+            max_steps: 100,
+            micro_batch_size: 16,
+            share_prompts: true,
+            compute_dtype: Dtype::F32,
+            eval_every: 10,
+            parallelism: ParallelismKind::None,
+            devices: 0,
+        }
+    }
+}
+
+impl TrainerSection {
+    /// Checks the section's values.
+    pub(crate) fn validate(&self) -> Result<()> {
+        require(
+            "trainer.micro_batch_size",
+            (1..=MAX_BATCH).contains(&self.micro_batch_size),
+            self.micro_batch_size,
+            &format!("1 to {MAX_BATCH} samples"),
+        )
+    }
+
+    /// The learner's SPMD layout on a client of `available` devices.
+    pub fn parallelism(&self, available: usize) -> Result<Option<Parallelism>> {
+        self.parallelism.layout(self.devices, available)
+    }
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointSection {
+    /// Write `OUT/checkpoint-<step>/` every this many steps and after the
+    /// last (0: only the final policy). Default 20.
+    #[serde(alias = "save_steps")]
+    pub every: usize,
+    /// Keep the newest this many checkpoints, deleting older ones (0: all). Default 3.
+    #[serde(alias = "save_total_limit")]
+    pub keep_last: usize,
+}
+
+impl Default for CheckpointSection {
+    fn default() -> Self {
+        CheckpointSection {
+            every: 20,
+            keep_last: 3,
+        }
+    }
+}
+
+/// `[logging]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingSection {
+    /// The output folder (metrics.jsonl, final/), relative to the config file. Default "runs/grpo".
+    #[serde(alias = "output_dir")]
+    pub out: PathBuf,
+}
+
+impl Default for LoggingSection {
+    fn default() -> Self {
+        LoggingSection {
+            out: PathBuf::from("runs/grpo"),
+        }
+    }
+}

@@ -272,7 +272,7 @@ fn bad_configs_are_refused_naming_the_key() {
     let resumed = grpo_installed(&["run", config, "--resume"]);
     let err = String::from_utf8_lossy(&resumed.stderr);
     assert!(
-        !resumed.status.success() && err.contains("no complete checkpoint"),
+        !resumed.status.success() && err.contains("no run here to continue"),
         "{err}"
     );
     assert!(
@@ -381,4 +381,79 @@ fn every_zero_the_config_takes_runs() {
     assert_eq!(metrics.len(), 1, "the start's evaluation alone");
     assert!(metrics[0]["eval_reward"].is_number());
     assert!(out.join("final/model.safetensors").is_file());
+}
+
+/// A crash that tore the last metrics line and left the newest checkpoint
+/// unreadable: `--resume` drops the torn line, sets the checkpoint aside,
+/// goes back to the one before and ends where an unbroken run ends, bit
+/// for bit.
+#[test]
+fn resume_repairs_a_torn_metrics_line_and_falls_back_from_an_unreadable_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(
+        dir.path(),
+        "max_steps = 4\neval_every = 0\n\n[checkpoint]\nevery = 2\nkeep_last = 0",
+    );
+    let config = config.to_str().unwrap();
+    run_ok(&["run", config]);
+    let out = dir.path().join("out");
+    let unbroken = std::fs::read(out.join("checkpoint-4/model.safetensors")).unwrap();
+
+    let model = out.join("checkpoint-4/model.safetensors");
+    std::fs::write(&model, &unbroken[..unbroken.len() / 2]).unwrap();
+    let metrics = out.join("metrics.jsonl");
+    let mut text = std::fs::read_to_string(&metrics).unwrap();
+    text.push_str("{\"step\": 5, \"loss\": 0.1");
+    std::fs::write(&metrics, text).unwrap();
+    std::fs::remove_dir_all(out.join("final")).unwrap();
+
+    let resumed = grpo_installed(&["run", config, "--resume"]);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{err}");
+    assert!(
+        err.contains("torn") && err.contains("unreadable"),
+        "said what it repaired: {err}"
+    );
+    assert!(out.join("checkpoint-4.unreadable").is_dir(), "kept for inspection");
+    assert_eq!(
+        std::fs::read(&model).unwrap(),
+        unbroken,
+        "steps 3 and 4 again, the same"
+    );
+    let steps: Vec<u64> = lines(&metrics).iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+}
+
+/// A run that failed at its first step leaves nothing that blocks the next
+/// start; one that logged steps but no checkpoint starts over on `--resume`.
+#[test]
+fn a_failed_start_does_not_block_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 2\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let failing = format!(
+        "{good}on_error = \"fail\"\n[[reward]]\ntype = \"command\"\ncommand = [\"false\"]\non_error = \"fail\"\n"
+    );
+    std::fs::write(&config, failing).unwrap();
+    let config = config.to_str().unwrap();
+    let failed = grpo_installed(&["run", config]);
+    assert!(!failed.status.success());
+    assert!(dir.path().join("out").is_dir(), "it got as far as its first step");
+
+    std::fs::write(config, &good).unwrap();
+    run_ok(&["run", config]);
+    let metrics = dir.path().join("out/metrics.jsonl");
+    let steps: Vec<u64> = lines(&metrics).iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2]);
+
+    // Logged steps, no checkpoint (checkpoint.every = 0): --resume starts over.
+    std::fs::remove_dir_all(dir.path().join("out/final")).unwrap();
+    let again = grpo_installed(&["run", config, "--resume"]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again.status.success() && err.contains("starts again from step 0"),
+        "{err}"
+    );
+    let steps: Vec<u64> = lines(&metrics).iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, [1, 2], "each step once");
 }

@@ -4,10 +4,12 @@
 //! names) and `trainer_state.json` (the loop's state: step, data position,
 //! RNG seeds, statistics — whatever the loop serializes).
 //!
-//! Writing is atomic: everything goes into a temporary sibling folder that
-//! is renamed into place at the end, so a crash leaves the previous
-//! checkpoints intact and never a half-written one under the final name.
-//! [`latest`] finds the newest complete checkpoint for `--resume`.
+//! Writing is atomic and durable: everything goes into a temporary sibling
+//! folder whose files and folder are synced to disk before it is renamed
+//! into place, and the parent folder is synced after, so a crash or power
+//! loss leaves the previous checkpoints intact and never a half-written one
+//! under the final name. [`newest_first`] lists the complete checkpoints
+//! for `--resume`; [`set_aside`] moves an unreadable one out of their way.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,11 +90,31 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
         message: e.to_string(),
     })?;
     std::fs::write(&state_path, text).map_err(|e| io(&state_path, "write", e))?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| io(&dir, "replace", e))?;
-    }
-    std::fs::rename(&staging, &dir).map_err(|e| io(&dir, "move into place", e))?;
+    move_into_place(&staging, &dir)?;
     Ok(dir)
+}
+
+/// Syncs the files of folder `staging` and the folder itself, replaces
+/// `dir` with it, and syncs their parent.
+fn move_into_place(staging: &Path, dir: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(staging).map_err(|e| io(staging, "list", e))?;
+    for entry in entries {
+        let path = entry.map_err(|e| io(staging, "list", e))?.path();
+        sync(&path)?;
+    }
+    sync(staging)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| io(dir, "replace", e))?;
+    }
+    std::fs::rename(staging, dir).map_err(|e| io(dir, "move into place", e))?;
+    sync(dir.parent().unwrap_or(Path::new(".")))
+}
+
+/// Flushes file or folder `path` to the disk.
+fn sync(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|file| file.sync_all())
+        .map_err(|e| io(path, "sync", e))
 }
 
 /// Writes the policy (named host tensors) alone as a Hugging Face folder at
@@ -115,10 +137,7 @@ pub fn save_model(
         &params.into_iter().collect(),
         tokenizer,
     )?;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| io(dir, "replace", e))?;
-    }
-    std::fs::rename(&staging, dir).map_err(|e| io(dir, "move into place", e))
+    move_into_place(&staging, dir)
 }
 
 /// The complete checkpoints under `out` with their steps, oldest first.
@@ -141,6 +160,24 @@ fn complete(out: &Path) -> Vec<(u64, PathBuf)> {
 /// The newest complete checkpoint under `out`, if any.
 pub fn latest(out: &Path) -> Option<PathBuf> {
     complete(out).pop().map(|(_, path)| path)
+}
+
+/// The complete checkpoints under `out`, newest first.
+pub fn newest_first(out: &Path) -> Vec<PathBuf> {
+    complete(out).into_iter().rev().map(|(_, path)| path).collect()
+}
+
+/// Renames checkpoint folder `dir`, found unreadable, to
+/// `<dir>.unreadable` (kept for inspection; no longer a checkpoint that
+/// resuming or pruning would take); returns the new path.
+pub fn set_aside(dir: &Path) -> Result<PathBuf> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("checkpoint");
+    let aside = dir.with_file_name(format!("{name}.unreadable"));
+    if aside.exists() {
+        std::fs::remove_dir_all(&aside).map_err(|e| io(&aside, "replace", e))?;
+    }
+    std::fs::rename(dir, &aside).map_err(|e| io(dir, "set aside", e))?;
+    Ok(aside)
 }
 
 /// Deletes all but the newest `keep` complete checkpoints under `out`

@@ -14,7 +14,7 @@
 //!
 //! A front end adds its own (the CLI's progress bar is one).
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -87,11 +87,13 @@ impl Hook for Evaluation {
     }
 }
 
-/// `OUT/metrics.jsonl`: one JSON object per step, appended whole. A resumed
-/// run first drops the lines of steps after its checkpoint (it runs them
-/// again) and renames the metrics of the lines it keeps that were written
-/// under grpo's old names ([`crate::metrics::RENAMED`]), rewriting the
-/// file atomically, so every step appears once and under one name.
+/// `OUT/metrics.jsonl`: one JSON object per step, each line appended with
+/// one write. A new run starts the file afresh. A resumed run first drops
+/// the lines of steps after its checkpoint (it runs them again) and a last
+/// line torn by a crash mid-write (saying so), and renames the metrics of
+/// the lines it keeps that were written under grpo's old names
+/// ([`crate::metrics::RENAMED`]), rewriting the file atomically, so every
+/// step appears once and under one name.
 #[derive(Default)]
 pub struct MetricsLog {
     file: Option<(PathBuf, std::fs::File)>,
@@ -109,6 +111,8 @@ impl Hook for MetricsLog {
         let path = MetricsLog::path(run.out());
         if run.resumed_from().is_some() {
             keep_steps_up_to(&path, run.steps_done() as u64)?;
+        } else {
+            std::fs::File::create(&path).map_err(|e| io(&path, "start", e))?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -128,27 +132,41 @@ impl Hook for MetricsLog {
         };
         let mut line = record.metrics.clone();
         line.insert("step".to_string(), record.step.into());
-        writeln!(file, "{}", Value::Object(line)).map_err(|e| io(path, "write", e))
+        let mut text = Value::Object(line).to_string();
+        text.push('\n');
+        file.write_all(text.as_bytes()).map_err(|e| io(path, "write", e))
     }
 }
 
 /// Rewrites `path` keeping the lines whose `step` is at most `step`, under
-/// the current metric names.
+/// the current metric names; a last line without its newline that is not
+/// JSON (a write a crash cut short) is dropped with a warning.
 fn keep_steps_up_to(path: &Path, step: u64) -> Result<()> {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(text) = std::fs::read(path) else {
         return Ok(());
     };
+    let text = String::from_utf8_lossy(&text);
+    let torn = !text.is_empty() && !text.ends_with('\n');
+    let count = text.lines().count();
     let mut kept = String::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| io(path, "read", e))?;
+    for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let value: Value = serde_json::from_str(&line).map_err(|e| Error::Data {
-            path: path.to_path_buf(),
-            line: number + 1,
-            message: format!("not JSON: {e}"),
-        })?;
+        let value: Value = match serde_json::from_str(line) {
+            Ok(value) => value,
+            Err(_) if torn && number + 1 == count => {
+                tracing::warn!("{}: dropped a last line torn by a crash mid-write", path.display());
+                continue;
+            }
+            Err(e) => {
+                return Err(Error::Data {
+                    path: path.to_path_buf(),
+                    line: number + 1,
+                    message: format!("not JSON: {e}"),
+                });
+            }
+        };
         if let Value::Object(line) = value
             && line.get("step").and_then(Value::as_u64).is_some_and(|s| s <= step)
         {
@@ -162,7 +180,8 @@ fn keep_steps_up_to(path: &Path, step: u64) -> Result<()> {
 }
 
 /// `OUT/rollouts.parquet/`: every sampled completion, one part per step; a
-/// resumed run first drops the parts of steps after its checkpoint.
+/// run first drops the parts of steps after its start (a resumed run's
+/// checkpoint; all of them for a new run).
 #[derive(Default)]
 pub struct RolloutFile {
     log: Option<RolloutLog>,
@@ -171,9 +190,7 @@ pub struct RolloutFile {
 impl Hook for RolloutFile {
     fn on_start(&mut self, run: &mut dyn RunContext) -> Result<()> {
         let log = RolloutLog::open(run.out())?;
-        if run.resumed_from().is_some() {
-            log.truncate_after(run.steps_done() as u64)?;
-        }
+        log.truncate_after(run.steps_done() as u64)?;
         self.log = Some(log);
         Ok(())
     }

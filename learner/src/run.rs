@@ -58,38 +58,66 @@ pub struct Run<T: Task> {
 struct Start {
     model: Pretrained,
     tokenizer: Arc<Tokenizer>,
-    checkpoint: Option<(PathBuf, Box<dyn WeightSource>, LoadedCheckpoint)>,
+    checkpoint: Option<Resumed>,
 }
+
+/// A checkpoint read back: its folder, weights and training state.
+type Resumed = (PathBuf, Box<dyn WeightSource>, LoadedCheckpoint);
 
 impl Start {
     /// Opens model `name` for a run in `out`, and with `resume` the newest
-    /// checkpoint there (refusing a new run in a folder that holds one).
+    /// readable checkpoint there (refusing a new run in a folder that holds one).
     fn open(name: &str, out: &Path, resume: bool) -> Result<Start> {
-        let from = resume_point(out, resume)?;
+        let candidates = resume_candidates(out, resume)?;
         let model = Pretrained::open(name)?;
         let tokenizer = Arc::new(model.tokenizer.clone().ok_or_else(|| Error::Config {
             field: "model.name",
             message: format!("`{name}` has no tokenizer: use a folder with tokenizer.json, or a GGUF file"),
         })?);
-        let checkpoint = match from {
-            Some(dir) => {
-                let saved = Pretrained::open_dir(&dir)?;
-                if saved.config != model.config {
-                    return Err(Error::Output {
-                        dir,
-                        message: format!("a checkpoint of another model than `{name}`"),
-                    });
-                }
-                let state = checkpoint::load(&dir)?;
-                Some((dir, saved.weights, state))
-            }
-            None => None,
-        };
+        let checkpoint = Start::first_readable(&model, name, candidates)?;
         Ok(Start {
             model,
             tokenizer,
             checkpoint,
         })
+    }
+
+    /// The newest of `candidates` (newest first) that reads back as a
+    /// checkpoint of `model`: an unreadable one is set aside, saying so,
+    /// and the one before it taken (none left: the run starts again from
+    /// step 0); a checkpoint of another model is refused.
+    fn first_readable(
+        model: &Pretrained,
+        name: &str,
+        candidates: Vec<PathBuf>,
+    ) -> Result<Option<Resumed>> {
+        let any = !candidates.is_empty();
+        for dir in candidates {
+            let read = Pretrained::open_dir(&dir)
+                .map_err(Error::from)
+                .and_then(|saved| Ok((saved, checkpoint::load(&dir)?)));
+            match read {
+                Ok((saved, _)) if saved.config != model.config => {
+                    return Err(Error::Output {
+                        dir,
+                        message: format!("a checkpoint of another model than `{name}`"),
+                    });
+                }
+                Ok((saved, state)) => return Ok(Some((dir, saved.weights, state))),
+                Err(e) => {
+                    let aside = checkpoint::set_aside(&dir)?;
+                    tracing::warn!(
+                        "{} is unreadable ({e}): set aside as {}",
+                        dir.display(),
+                        aside.display()
+                    );
+                }
+            }
+        }
+        if any {
+            tracing::warn!("--resume: no checkpoint reads back: the run starts again from step 0");
+        }
+        Ok(None)
     }
 
     /// The checkpoint's training state, when resuming.
@@ -156,23 +184,44 @@ fn warn_if_cut_short(schedule: &Schedule) {
     }
 }
 
-/// The checkpoint to resume from, or `None` for a new run; a new run
-/// refuses an output folder that already holds one.
-pub fn resume_point(out: &Path, resume: bool) -> Result<Option<PathBuf>> {
-    let newest = checkpoint::latest(out);
+/// The checkpoints a run in `out` may start from, newest first: none for
+/// a new run, which refuses a folder holding a run's output (a checkpoint,
+/// a logged step, a final folder) — what a start that failed before its
+/// first step leaves does not count. With `resume`, a folder whose run
+/// logged steps but left no checkpoint starts over from step 0, saying so.
+pub fn resume_candidates(out: &Path, resume: bool) -> Result<Vec<PathBuf>> {
+    let checkpoints = checkpoint::newest_first(out);
     if resume {
-        return newest.map(Some).ok_or_else(|| Error::Output {
-            dir: out.to_path_buf(),
-            message: "--resume: no complete checkpoint here; start the run without --resume".to_string(),
-        });
+        if checkpoints.is_empty() {
+            if !MetricsLog::path(out).exists() {
+                return Err(Error::Output {
+                    dir: out.to_path_buf(),
+                    message: "--resume: no run here to continue; start the run without --resume".to_string(),
+                });
+            }
+            tracing::warn!(
+                "--resume: no checkpoint in {}: the run starts again from step 0",
+                out.display()
+            );
+        }
+        return Ok(checkpoints);
     }
-    if newest.is_some() || MetricsLog::path(out).exists() {
+    if !checkpoints.is_empty() || logged_steps(&MetricsLog::path(out)) || FinalModel::dir(out).exists() {
         return Err(Error::Output {
             dir: out.to_path_buf(),
             message: "already holds a run: pass --resume to continue it, or --out DIR to start another".to_string(),
         });
     }
-    Ok(None)
+    Ok(checkpoints)
+}
+
+/// Whether the metrics log at `path` holds a line of a step after the start.
+fn logged_steps(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| {
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .any(|line| line["step"].as_u64().is_some_and(|step| step > 0))
+    })
 }
 
 impl Run<GrpoTask> {

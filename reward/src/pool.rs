@@ -60,16 +60,13 @@ impl Entry {
     /// Scores a batch with faults resolved.
     async fn run(&self, batch: &[Sample]) -> Result<Vec<Score>> {
         self.metrics.call(batch.len());
-        let outcome = match tokio::time::timeout(self.timeout, self.reward.score(batch)).await {
-            Err(_) => Err(Error::Timeout {
-                seconds: self.timeout.as_secs_f64(),
-            }),
-            Ok(Ok(scores)) if scores.len() != batch.len() => Err(Error::BadOutput(format!(
+        let outcome = match self.reward.score_within(batch, self.timeout).await {
+            Ok(scores) if scores.len() != batch.len() => Err(Error::BadOutput(format!(
                 "{} scores for {} samples",
                 scores.len(),
                 batch.len()
             ))),
-            Ok(result) => result,
+            result => result,
         };
         match outcome {
             Ok(scores) => scores

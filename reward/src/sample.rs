@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Result;
+use crate::{Error, Result};
 
 /// A boxed, sendable future (what [`Reward::score`] returns).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -134,6 +135,21 @@ impl Score {
 pub trait Reward: Send + Sync {
     /// Scores a batch.
     fn score<'a>(&'a self, batch: &'a [Sample]) -> BoxFuture<'a, Result<Vec<Score>>>;
+
+    /// Scores a batch within `limit` of the reward's own time, or fails
+    /// with [`Error::Timeout`]. A reward that makes calls wait their turn
+    /// (one subprocess, a bounded connection pool) starts the clock when
+    /// the turn comes, so that waiting is never counted as its fault.
+    fn score_within<'a>(&'a self, batch: &'a [Sample], limit: Duration) -> BoxFuture<'a, Result<Vec<Score>>> {
+        Box::pin(within(limit, self.score(batch)))
+    }
+}
+
+/// `work` within `limit`, or [`Error::Timeout`].
+pub async fn within<T>(limit: Duration, work: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(limit, work).await.unwrap_or(Err(Error::Timeout {
+        seconds: limit.as_secs_f64(),
+    }))
 }
 
 /// A reward computed sample by sample, synchronously (the built-ins).

@@ -173,3 +173,92 @@ async fn fail_names_the_reward_and_sample_and_a_missing_program_is_a_crash() {
     assert_eq!(values(&missing.score(&batch(&["4"])).await.unwrap()), [None]);
     assert_eq!(missing.metrics()[0].1.crashes, 1);
 }
+
+/// Plug-ins that print a line that is not UTF-8, close their stdout while
+/// still running, or start with an answer line over the limit: each batch
+/// fails at once with its reason, not after the timeout.
+#[tokio::test]
+async fn bad_output_fails_the_batch_at_once_with_the_reason() {
+    let not_utf8 =
+        "import sys\nfor line in sys.stdin:\n    sys.stdout.buffer.write(b'\\xff\\xfe\\n'); sys.stdout.flush()\n";
+    let closes = "import os, sys, time\nsys.stdin.readline()\nos.close(1)\ntime.sleep(60)\n";
+    let endless =
+        "import sys\nsys.stdin.readline()\nchunk = b'x' * (1 << 20)\nwhile True:\n    sys.stdout.buffer.write(chunk)\n";
+    for (script, reason, metric) in [
+        (not_utf8, "not UTF-8", "bad_outputs"),
+        (closes, "closed its stdout", "crashes"),
+        (endless, "over 67108864 bytes", "bad_outputs"),
+    ] {
+        let pool = pool(&format!(
+            "timeout_s = 30.0\ncommand = [\"python3\", \"-c\", {script:?}]"
+        ));
+        let start = Instant::now();
+        assert_eq!(values(&pool.score(&batch(&["4"])).await.unwrap()), [None]);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{reason}: {:?}",
+            start.elapsed()
+        );
+        let metrics = pool.metrics()[0].1;
+        let count = if metric == "crashes" {
+            metrics.crashes
+        } else {
+            metrics.bad_outputs
+        };
+        assert_eq!((count, metrics.timeouts), (1, 0), "{reason}");
+        let failing = pool_failing(script);
+        let message = failing.score(&batch(&["4"])).await.unwrap_err().to_string();
+        assert!(message.contains(reason), "{message}");
+    }
+}
+
+/// A pool of one `command` reward running `script` that fails the run on a fault.
+fn pool_failing(script: &str) -> RewardPool {
+    pool(&format!(
+        "timeout_s = 30.0\non_error = \"fail\"\ncommand = [\"python3\", \"-c\", {script:?}]"
+    ))
+}
+
+/// A plug-in that started a child of its own: on timeout the whole group
+/// goes, the child too.
+#[tokio::test]
+async fn a_timeout_kills_the_plugin_and_what_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let script = format!(
+        "import subprocess, sys, time\nchild = subprocess.Popen(['sleep', '60'])\nopen({:?}, 'w').write(str(child.pid))\n\
+         sys.stdin.readline()\ntime.sleep(60)\n",
+        pid_file.display().to_string()
+    );
+    let pool = pool(&format!("timeout_s = 1.0\ncommand = [\"python3\", \"-c\", {script:?}]"));
+    assert_eq!(values(&pool.score(&batch(&["4"])).await.unwrap()), [None]);
+    assert_eq!(pool.metrics()[0].1.timeouts, 1);
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.split_whitespace().nth(2).is_none_or(|state| state != "Z"))
+    };
+    let start = Instant::now();
+    while alive() && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive(), "the plug-in's child {pid} outlived it");
+}
+
+/// Twelve small batches at once on one plug-in that takes 0.2 s a batch:
+/// they wait their turns (2.4 s in all) yet none times out at 1 s, since a
+/// batch's clock starts with its turn.
+#[tokio::test]
+async fn waiting_for_the_plugin_does_not_count_toward_the_timeout() {
+    let slow = "import json, sys, time\nfor line in sys.stdin:\n    time.sleep(0.2)\n    \
+                n = len(json.loads(line)['samples'])\n    \
+                print(json.dumps({'id': json.loads(line)['id'], 'scores': [1.0] * n}), flush=True)\n";
+    let pool = pool(&format!(
+        "timeout_s = 1.0\ncommand = [\"python3\", \"-c\", {slow:?}]\n[reward_pool]\nconcurrency = 12"
+    ));
+    let calls: Vec<_> = (0..12).map(|_| pool.spawn(batch(&["4"]))).collect();
+    for call in calls {
+        assert_eq!(values(&call.await.unwrap().unwrap()), [Some(1.0)]);
+    }
+    assert_eq!(pool.metrics()[0].1.timeouts, 0);
+}

@@ -1,6 +1,6 @@
 //! The `http` plug-in against a local server that answers correctly,
 //! slowly (past the timeout), with 500s (always, and once then fine), with
-//! malformed and wrong-length bodies, and behind a bearer token.
+//! malformed, over-long and wrong-length bodies, and behind a bearer token.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +62,7 @@ async fn server() -> (String, Arc<AtomicUsize>) {
             ),
         )
         .route("/garbage", post(|| async { "<html>oops</html>" }))
+        .route("/huge", post(|| async { vec![b' '; (64 << 20) + 1] }))
         .route("/short", post(|| async { Json(json!({"scores": [1.0]})) }))
         .route("/nan", post(|| async { Json(json!({"scores": ["nan", 1.0]})) }))
         .route(
@@ -141,7 +142,7 @@ async fn server_errors_are_retried_then_handled() {
 #[tokio::test]
 async fn malformed_and_wrong_length_bodies_are_bad_outputs() {
     let (url, _) = server().await;
-    for route in ["garbage", "short"] {
+    for route in ["garbage", "short", "huge"] {
         let pool = pool(&format!("{url}/{route}"), "on_error = -2");
         assert_eq!(
             values(&pool.score(&batch(&["4", "4"])).await.unwrap()),
@@ -150,6 +151,9 @@ async fn malformed_and_wrong_length_bodies_are_bad_outputs() {
         );
         assert_eq!(pool.metrics()[0].1.bad_outputs, 1, "{route}");
     }
+    let huge = pool(&format!("{url}/huge"), "on_error = \"fail\"");
+    let message = huge.score(&batch(&["4"])).await.unwrap_err().to_string();
+    assert!(message.contains("an answer over 67108864 bytes"), "read no further: {message}");
     let nan = pool(&format!("{url}/nan"), "on_error = -3");
     assert_eq!(
         values(&nan.score(&batch(&["4", "4"])).await.unwrap()),

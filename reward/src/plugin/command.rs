@@ -9,11 +9,16 @@
 //! ```
 //!
 //! Scores are as in [`crate::plugin`]. The process's stderr is passed
-//! through; its stdout carries only protocol lines. A call that times out
-//! or is cancelled drops (and so kills) the process; one that finds it dead
-//! (exited, closed its pipes, answered garbage or the wrong id) kills it
-//! too. The next call restarts it after a backoff that doubles with each
-//! consecutive failure, from `restart_backoff_s` to `max_restart_backoff_s`.
+//! through; its stdout carries only protocol lines, each at most
+//! [`MAX_ANSWER_BYTES`]. Calls take turns on the one process, and a call's
+//! timeout starts with its turn. A call that times out or is cancelled
+//! kills the process; so does one that finds it dead or out of step (it
+//! exited, closed its stdout, answered a line that is not UTF-8, too long,
+//! not the protocol, or of the wrong id) — at once, with the reason. The
+//! process leads its own process group, and the whole group is killed, so
+//! nothing it started outlives it. The next call restarts it after a
+//! backoff that doubles with each consecutive failure, from
+//! `restart_backoff_s` to `max_restart_backoff_s`.
 //!
 //! `script = "my_reward.py"` runs the bundled Python helper
 //! (`examples/rewards/grpo_reward_plugin.py`, embedded in this crate) on
@@ -25,11 +30,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::Mutex;
 
+use super::MAX_ANSWER_BYTES;
 use crate::config::{MAX_SECONDS, duration};
+use crate::sample::within;
 use crate::{BoxFuture, Error, Result, Reward, Sample, Score};
 
 /// The Python helper that runs a user's `reward(prompt, completion, **row)`.
@@ -121,10 +128,56 @@ struct State {
     failures: u32,
 }
 
+/// A running plug-in; dropping it kills its process group.
 struct Process {
     child: Child,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) with a negative pid signals the process group
+            // the plug-in leads (it was started as its leader); it touches
+            // no memory of this process.
+            unsafe {
+                libc::kill(-(pid as libc::pid_t), libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The next line of `reader` without its newline: `None` at the end of
+/// the stream; an error for a line over [`MAX_ANSWER_BYTES`] or not UTF-8.
+async fn read_answer(reader: &mut BufReader<ChildStdout>) -> Result<Option<String>> {
+    let mut line = Vec::new();
+    loop {
+        let available = reader
+            .fill_buf()
+            .await
+            .map_err(|e| crashed(format!("reading its answer: {e}")))?;
+        if available.is_empty() {
+            return Ok(None);
+        }
+        let (taken, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(end) => (end + 1, true),
+            None => (available.len(), false),
+        };
+        line.extend_from_slice(&available[..taken]);
+        reader.consume(taken);
+        if line.len() > MAX_ANSWER_BYTES + 1 {
+            return Err(Error::BadOutput(format!(
+                "an answer line over {MAX_ANSWER_BYTES} bytes"
+            )));
+        }
+        if done {
+            line.pop();
+            return String::from_utf8(line)
+                .map(Some)
+                .map_err(|e| Error::BadOutput(format!("an answer line that is not UTF-8 ({e})")));
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -151,6 +204,7 @@ impl CommandReward {
     fn spawn(&self) -> Result<Process> {
         let mut child = Command::new(&self.argv[0])
             .args(&self.argv[1..])
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -158,7 +212,7 @@ impl CommandReward {
             .spawn()
             .map_err(|e| crashed(format!("cannot start `{}`: {e}", self.argv[0])))?;
         let stdin = child.stdin.take().ok_or_else(|| crashed("no stdin"))?;
-        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| crashed("no stdout"))?).lines();
+        let stdout = BufReader::new(child.stdout.take().ok_or_else(|| crashed("no stdout"))?);
         Ok(Process { child, stdin, stdout })
     }
 
@@ -174,12 +228,12 @@ impl CommandReward {
         if let Err(e) = written.await {
             return Err(crashed(format!("writing the request: {e}")));
         }
-        let answer = match process.stdout.next_line().await {
-            Ok(Some(answer)) => answer,
-            Ok(None) | Err(_) => {
-                let status = process.child.wait().await.map(|s| s.to_string()).unwrap_or_default();
-                return Err(crashed(format!("process exited ({status})")));
-            }
+        let Some(answer) = read_answer(&mut process.stdout).await? else {
+            let status = match process.child.try_wait() {
+                Ok(Some(status)) => format!("exited ({status})"),
+                _ => "closed its stdout".to_string(),
+            };
+            return Err(crashed(status));
         };
         let response: Response = serde_json::from_str(&answer).map_err(|e| {
             Error::BadOutput(format!(
@@ -201,28 +255,40 @@ impl CommandReward {
     }
 }
 
+impl CommandReward {
+    /// One batch on the process, in this call's turn (`state` held):
+    /// (re)starting it if needed, keeping it when it stays in step.
+    async fn call(&self, state: &mut State, batch: &[Sample]) -> Result<Vec<Score>> {
+        // Counted before the call so that a cancelled (timed out) call counts as a failure too.
+        state.failures += 1;
+        let mut process = match state.process.take() {
+            Some(process) => process,
+            None => {
+                if state.failures > 1 {
+                    let delay = self.backoff.saturating_mul(1 << (state.failures - 2).min(16));
+                    tokio::time::sleep(delay.min(self.max_backoff)).await;
+                }
+                self.spawn()?
+            }
+        };
+        let id = state.next_id;
+        state.next_id += 1;
+        let answer = Self::exchange(&mut process, id, batch).await?;
+        state.failures = 0;
+        state.process = Some(process);
+        answer
+    }
+}
+
 impl Reward for CommandReward {
     fn score<'a>(&'a self, batch: &'a [Sample]) -> BoxFuture<'a, Result<Vec<Score>>> {
+        Box::pin(async move { self.call(&mut *self.state.lock().await, batch).await })
+    }
+
+    fn score_within<'a>(&'a self, batch: &'a [Sample], limit: Duration) -> BoxFuture<'a, Result<Vec<Score>>> {
         Box::pin(async move {
             let mut state = self.state.lock().await;
-            // Counted before the call so that a cancelled (timed out) call counts as a failure too.
-            state.failures += 1;
-            let mut process = match state.process.take() {
-                Some(process) => process,
-                None => {
-                    if state.failures > 1 {
-                        let delay = self.backoff.saturating_mul(1 << (state.failures - 2).min(16));
-                        tokio::time::sleep(delay.min(self.max_backoff)).await;
-                    }
-                    self.spawn()?
-                }
-            };
-            let id = state.next_id;
-            state.next_id += 1;
-            let answer = Self::exchange(&mut process, id, batch).await?;
-            state.failures = 0;
-            state.process = Some(process);
-            answer
+            within(limit, self.call(&mut state, batch)).await
         })
     }
 }

@@ -4,15 +4,18 @@
 //! [`crate::plugin`]); the answer is a list of scores or `{"scores": […]}`.
 //! Connection errors, attempt timeouts and 5xx answers are retried up to
 //! `retries` times, waiting `backoff_s`, doubling; 4xx answers and
-//! malformed bodies fail at once. At most `max_concurrency` requests are in
-//! flight. The entry's `timeout_s` still bounds the whole call.
+//! malformed bodies, or bodies over [`MAX_ANSWER_BYTES`], fail at once. At
+//! most `max_concurrency` requests are in flight; the entry's `timeout_s`
+//! bounds the whole call from the moment a request may go out.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
+use super::MAX_ANSWER_BYTES;
 use crate::config::{MAX_SECONDS, duration};
+use crate::sample::within;
 use crate::{BoxFuture, Error, Result, Reward, Sample, Score};
 
 /// `[[reward]] type = "http"` keys.
@@ -124,10 +127,20 @@ impl HttpReward {
         if !status.is_success() {
             return Err(Attempt::Fatal(Error::Http(format!("{} answered {status}", self.url))));
         }
-        let body = response
-            .bytes()
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| Attempt::Retry(Error::Http(e.to_string())))?;
+            .map_err(|e| Attempt::Retry(Error::Http(e.to_string())))?
+        {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(Attempt::Fatal(Error::BadOutput(format!(
+                    "an answer over {MAX_ANSWER_BYTES} bytes"
+                ))));
+            }
+            body.extend_from_slice(&chunk);
+        }
         let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
             Attempt::Fatal(Error::BadOutput(format!(
                 "body is not JSON ({e}): {}",
@@ -142,23 +155,38 @@ impl HttpReward {
     }
 }
 
+impl HttpReward {
+    /// The attempts at `batch`, retried with backoff.
+    async fn call(&self, batch: &[Sample]) -> Result<Vec<Score>> {
+        let mut delay = self.backoff;
+        for _ in 0..self.retries {
+            match self.attempt(batch).await {
+                Ok(scores) => return Ok(scores),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(e)) => tracing::debug!(url = %self.url, "retrying: {e}"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = delay.saturating_mul(2);
+        }
+        self.attempt(batch)
+            .await
+            .map_err(|(Attempt::Retry(e) | Attempt::Fatal(e))| e)
+    }
+}
+
 impl Reward for HttpReward {
     fn score<'a>(&'a self, batch: &'a [Sample]) -> BoxFuture<'a, Result<Vec<Score>>> {
         Box::pin(async move {
             let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-            let mut delay = self.backoff;
-            for _ in 0..self.retries {
-                match self.attempt(batch).await {
-                    Ok(scores) => return Ok(scores),
-                    Err(Attempt::Fatal(e)) => return Err(e),
-                    Err(Attempt::Retry(e)) => tracing::debug!(url = %self.url, "retrying: {e}"),
-                }
-                tokio::time::sleep(delay).await;
-                delay = delay.saturating_mul(2);
-            }
-            self.attempt(batch)
-                .await
-                .map_err(|(Attempt::Retry(e) | Attempt::Fatal(e))| e)
+            self.call(batch).await
+        })
+    }
+
+    fn score_within<'a>(&'a self, batch: &'a [Sample], limit: Duration) -> BoxFuture<'a, Result<Vec<Score>>> {
+        Box::pin(async move {
+            // The clock starts once one of the plug-in's connections is free.
+            let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+            within(limit, self.call(batch)).await
         })
     }
 }

@@ -12,6 +12,10 @@
 pub mod command;
 pub mod http;
 
+/// The longest answer a plug-in may give to one batch (a command plug-in's
+/// line, an HTTP plug-in's body), in bytes: a longer one fails the batch.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 use crate::{Error, Result, Sample, Score};
 
 /// Reads a JSON list of scores for `batch`; anything else is [`Error::BadOutput`].

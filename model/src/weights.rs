@@ -65,6 +65,9 @@ impl Safetensors {
             return Safetensors::open_files(&[single]);
         }
         let index_path = dir.join("model.safetensors.index.json");
+        if index_path.exists() && !index_path.is_file() {
+            return Err(Error::format(&index_path, "is not a regular file"));
+        }
         let text = std::fs::read_to_string(&index_path)
             .map_err(|e| Error::io("read (neither model.safetensors nor an index is here)", &index_path, e))?;
         let index: serde_json::Value =
@@ -73,7 +76,11 @@ impl Safetensors {
             .get("weight_map")
             .and_then(|m| m.as_object())
             .ok_or_else(|| Error::format(&index_path, "has no `weight_map` object"))?;
-        let mut shards: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect();
+        let mut shards = map
+            .values()
+            .filter_map(|v| v.as_str())
+            .map(|name| shard_in(dir, name, &index_path))
+            .collect::<Result<Vec<PathBuf>>>()?;
         shards.sort();
         shards.dedup();
         Safetensors::open_files(&shards)
@@ -96,6 +103,30 @@ impl Safetensors {
         }
         Ok(Safetensors { files, index })
     }
+}
+
+/// Shard `name` of the index at `index_path` in folder `dir`: a relative
+/// path inside the folder (no root, no `..`) naming a regular file (or a
+/// link to one, as the Hugging Face cache makes) — never a pipe or device,
+/// which would block the reader for good.
+fn shard_in(dir: &Path, name: &str, index_path: &Path) -> Result<PathBuf> {
+    let inside = Path::new(name)
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !inside {
+        return Err(Error::format(
+            index_path,
+            format!("shard `{name}` is not a path inside its folder"),
+        ));
+    }
+    let path = dir.join(name);
+    if !path.is_file() {
+        return Err(Error::format(
+            index_path,
+            format!("shard `{name}` is missing or not a regular file"),
+        ));
+    }
+    Ok(path)
 }
 
 impl WeightSource for Safetensors {

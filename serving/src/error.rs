@@ -40,6 +40,35 @@ pub enum Error {
     /// The API key is missing or wrong.
     #[error("a missing or wrong API key: send `Authorization: Bearer KEY`")]
     Unauthorized,
+    /// A control route of a server that keeps them off.
+    #[error(
+        "{path} changes the server, and its control routes are off: start grpo serve with --api-key KEY, or with \
+         --enable-control-routes on a machine whose local users are trusted"
+    )]
+    ControlOff {
+        /// The route.
+        path: &'static str,
+    },
+    /// The route exists, but not for this method.
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed {
+        /// The HTTP method.
+        method: String,
+        /// The path.
+        path: String,
+    },
+    /// As many generation requests as allowed are running.
+    #[error("the server is at its limit of {limit} requests at once: retry shortly")]
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
+    /// Loading weights took longer than the limit.
+    #[error("loading the weights took over {seconds} s; the old weights keep serving")]
+    LoadTimeout {
+        /// The limit.
+        seconds: u64,
+    },
     /// The body is over the size limit.
     #[error("the request body is over the limit of {limit} bytes")]
     BodyTooLarge {
@@ -85,6 +114,10 @@ impl Error {
             }
             Error::ModelNotFound { .. } | Error::RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NotFoundError"),
             Error::Unauthorized => (StatusCode::UNAUTHORIZED, "AuthenticationError"),
+            Error::ControlOff { .. } => (StatusCode::FORBIDDEN, "PermissionDeniedError"),
+            Error::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowedError"),
+            Error::LoadTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "TimeoutError"),
+            Error::Overloaded { .. } => (StatusCode::TOO_MANY_REQUESTS, "RateLimitError"),
             Error::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
             Error::Engine(Engine::EngineStopped { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailableError"),
             Error::Engine(_) | Error::Bind { .. } | Error::Serve(_) => {
@@ -117,6 +150,13 @@ impl IntoResponse for Error {
         if status.is_server_error() {
             tracing::warn!("{self}");
         }
-        (status, Json(self.body())).into_response()
+        let mut response = (status, Json(self.body())).into_response();
+        if let Error::Overloaded { .. } = self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::protocol::common::SamplingFields;
+use crate::routes::generate::off_thread;
 use crate::state::AppState;
 
 /// A request body parsed as `T`.
@@ -34,10 +35,13 @@ async fn object(request: Request, state: &AppState) -> Result<Value, Error> {
             }
         }
     })?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidRequest {
-        message: format!("invalid JSON body: {e}"),
-        param: None,
-    })?;
+    let value: Value = off_thread(move || {
+        serde_json::from_slice(&bytes).map_err(|e| Error::InvalidRequest {
+            message: format!("invalid JSON body: {e}"),
+            param: None,
+        })
+    })
+    .await?;
     if !value.is_object() {
         return Err(Error::InvalidRequest {
             message: "the body must be a JSON object".to_string(),

@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod auth;
 pub mod backend;
 pub mod error;
@@ -40,6 +41,7 @@ use tokio::net::TcpListener;
 
 pub use error::{Error, Result};
 
+use crate::admission::RequestLimits;
 use crate::auth::ApiKey;
 use crate::backend::Backend;
 use crate::metrics::Metrics;
@@ -64,6 +66,12 @@ pub struct ServerConfig {
     /// How long running requests may go on after shutdown begins before
     /// they are aborted. Default 30 s.
     pub shutdown_grace: Duration,
+    /// Whether the control routes that change the server (`/pause`,
+    /// `/resume`, `/update_weights_from_disk`) answer without an API key
+    /// (with one they always answer, to its holders). Default false.
+    pub enable_control_routes: bool,
+    /// Bounds on one request and on requests at once.
+    pub limits: RequestLimits,
 }
 
 impl ServerConfig {
@@ -76,7 +84,14 @@ impl ServerConfig {
             api_key: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             shutdown_grace: Duration::from_secs(30),
+            enable_control_routes: false,
+            limits: RequestLimits::default(),
         }
+    }
+
+    /// Whether the control routes answer: behind an API key, or enabled.
+    pub fn control_routes(&self) -> bool {
+        self.api_key.is_some() || self.enable_control_routes
     }
 }
 
@@ -99,6 +114,7 @@ impl Server {
             name: config.served_model_name.clone(),
             root: config.model_root.clone(),
             max_model_len: engine.config().max_model_len,
+            max_num_seqs: engine.config().max_num_seqs,
             parameters: engine.decoder().parameters().to_vec(),
             tokenizer: tokenizer.clone(),
             chat_template,
@@ -119,6 +135,7 @@ impl Server {
             .await
             .map_err(|source| Error::Bind { addr, source })?;
         let state = AppState {
+            admission: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             backend,
             metrics: Arc::new(Metrics::new(&model.name)),
             model: Arc::new(model),

@@ -19,6 +19,9 @@ pub struct ServedModel {
     pub root: String,
     /// Longest prompt + completion.
     pub max_model_len: usize,
+    /// Sequences the engine decodes together (a request's prompts are
+    /// queued about this many samples at a time).
+    pub max_num_seqs: usize,
     /// The engine's parameters, in order (names and shapes).
     pub parameters: Vec<ParamSpec>,
     /// The tokenizer.

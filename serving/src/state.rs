@@ -10,6 +10,8 @@ use crate::model::ServedModel;
 /// The routes' shared state (cheap to clone).
 #[derive(Clone)]
 pub struct AppState {
+    /// Places of generation requests running at once ([`crate::admission`]).
+    pub admission: Arc<tokio::sync::Semaphore>,
     /// Where generation happens.
     pub backend: Arc<dyn Backend>,
     /// The served model.

@@ -5,6 +5,7 @@
 
 use grpo_rollout::request::{LogprobsMode, MAX_TOP_LOGPROBS, SamplingParams};
 
+use crate::admission::RequestLimits;
 use crate::error::{Error, Result};
 use crate::protocol::common::SamplingFields;
 
@@ -56,7 +57,12 @@ pub fn top_logprobs(param: &str, value: i64) -> Result<usize> {
 }
 
 /// The engine's sampling settings from the shared fields.
-pub fn sampling(fields: &SamplingFields, max_tokens: usize, logprobs: Option<usize>) -> Result<SamplingParams> {
+pub fn sampling(
+    fields: &SamplingFields,
+    max_tokens: usize,
+    logprobs: Option<usize>,
+    limits: &RequestLimits,
+) -> Result<SamplingParams> {
     let defaults = SamplingParams::default();
     let float = |param: &str, value: Option<f64>, default: f32, low: f64, high: f64| match value {
         Some(v) => float_in(param, v, low, high),
@@ -75,6 +81,7 @@ pub fn sampling(fields: &SamplingFields, max_tokens: usize, logprobs: Option<usi
     if stop.iter().any(String::is_empty) {
         return Err(Error::invalid("stop", "stop strings must not be empty"));
     }
+    limits.check_stop(&stop)?;
     Ok(SamplingParams {
         n: int_in("n", fields.n.unwrap_or(1), 1, MAX_N)? as usize,
         max_tokens,

@@ -1,8 +1,10 @@
 //! The RL control routes and shutdown: pause (keep, abort) and resume,
 //! `/is_paused`; `/update_weights_from_disk` swaps in a checkpoint (the
 //! output changes, and going back restores it) and refuses one that does
-//! not fit, keeping the old weights; a shutdown aborts what still runs
-//! after the grace period and the server returns.
+//! not fit, keeping the old weights, and reads only regular files inside
+//! the folder; the routes that change the server are off unless enabled or
+//! behind a key; a shutdown aborts what still runs after the grace period
+//! and the server returns.
 
 mod common;
 
@@ -36,7 +38,7 @@ fn greedy() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_keep_holds_requests_until_resume_and_abort_ends_them() {
-    let server = std::sync::Arc::new(start(4, |_| {}).await);
+    let server = std::sync::Arc::new(start(4, |config| config.enable_control_routes = true).await);
     let (_, paused) = server.get("/is_paused").await;
     assert_eq!(paused, r#"{"is_paused":false}"#);
     assert_eq!(server.post("/pause?mode=keep", &json!({})).await.0, 200);
@@ -68,7 +70,7 @@ async fn pause_keep_holds_requests_until_resume_and_abort_ends_them() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn weights_from_disk_swap_in_and_bad_checkpoints_are_refused() {
-    let server = start(4, |_| {}).await;
+    let server = start(4, |config| config.enable_control_routes = true).await;
     // Random tiny models all repeat one token greedily: compare log-probs.
     let ids = |answer: &serde_json::Value| answer["choices"][0]["logprobs"]["token_logprobs"].clone();
     let mut greedy = greedy();
@@ -136,4 +138,88 @@ async fn shutdown_aborts_what_runs_after_the_grace_period() {
         reqwest::get(format!("{base}/health")).await.is_err(),
         "no longer accepting"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn control_routes_are_off_unless_enabled_or_behind_a_key() {
+    let server = start(4, |_| {}).await;
+    let update = json!({"model_path": model_dir(), "version": 1});
+    for (path, body) in [
+        ("/pause", json!({})),
+        ("/resume", json!({})),
+        ("/update_weights_from_disk", update.clone()),
+    ] {
+        let (status, answer) = server.post(path, &body).await;
+        let message = common::assert_error(status, 403, &answer);
+        assert!(
+            message.contains("--api-key") && message.contains("--enable-control-routes"),
+            "{message}"
+        );
+    }
+    assert_eq!(server.get("/is_paused").await.0, 200, "reading the state stays open");
+    server.shutdown().await;
+
+    let keyed = start(4, |config| {
+        config.api_key = Some(grpo_serving::auth::ApiKey::new("sk-control"))
+    })
+    .await;
+    let (status, _) = common::status_json(
+        keyed
+            .request(reqwest::Method::POST, "/update_weights_from_disk")
+            .bearer_auth("sk-control")
+            .json(&update)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200, "the key's holders may");
+    keyed.shutdown().await;
+}
+
+/// A weight folder whose index names a pipe, a path outside the folder or
+/// an absolute path: refused at once (a pipe used to block the reader for
+/// good), the old weights serving on.
+#[tokio::test(flavor = "multi_thread")]
+async fn weight_folders_are_read_only_from_regular_files_inside_them() {
+    let server = start(4, |config| config.enable_control_routes = true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("shard.safetensors");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for shard in ["shard.safetensors", "../outside.safetensors", "/etc/hostname"] {
+        let index = json!({"weight_map": {"model.embed_tokens.weight": shard}});
+        std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+        let started = std::time::Instant::now();
+        let (status, answer) = server
+            .post(
+                "/update_weights_from_disk",
+                &json!({"model_path": dir.path(), "version": 1}),
+            )
+            .await;
+        let message = common::assert_error(status, 400, &answer);
+        assert!(message.contains(shard), "{message}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    std::fs::remove_file(dir.path().join("model.safetensors.index.json")).unwrap();
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(dir.path().join("model.safetensors.index.json"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (status, answer) = server
+        .post(
+            "/update_weights_from_disk",
+            &json!({"model_path": dir.path(), "version": 1}),
+        )
+        .await;
+    assert!(common::assert_error(status, 400, &answer).contains("not a regular file"));
+    server.shutdown().await;
 }

@@ -56,6 +56,7 @@ async fn a_stopped_engine_answers_503() {
         name: common::MODEL.to_string(),
         root: common::MODEL.to_string(),
         max_model_len: common::MAX_MODEL_LEN,
+        max_num_seqs: 4,
         parameters: Vec::new(),
         tokenizer: Arc::new(common::tokenizer()),
         chat_template: None,

@@ -141,6 +141,15 @@ async fn malformed_oversized_unknown_and_unauthorized_requests() {
 
     let (status, answer) = server.post("/v1/no/such/route", &json!({})).await;
     assert_error(status, 404, &answer);
+    let (status, answer) = status_json(
+        server
+            .request(reqwest::Method::GET, "/v1/completions")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(assert_error(status, 405, &answer).contains("GET is not allowed on /v1/completions"));
 
     let unknown = json!({"prompt": "hi", "max_tokens": 2, "no_such_field": [1, 2, 3], "suffix": null});
     assert_eq!(server.post("/v1/completions", &unknown).await.0, 200);

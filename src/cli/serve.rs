@@ -13,6 +13,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_serving::admission::RequestLimits;
 use grpo_serving::auth::ApiKey;
 use grpo_serving::{Server, ServerConfig, shutdown_signal};
 use grpo_xla::{ElementType, Platform};
@@ -49,6 +50,45 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = grpo_serving::DEFAULT_MAX_BODY_BYTES)]
     max_body_bytes: usize,
+    /// Let /pause, /resume and /update_weights_from_disk answer without an
+    /// API key (with --api-key they answer to its holders); only on a
+    /// machine whose local users are trusted.
+    #[arg(long)]
+    enable_control_routes: bool,
+    /// Generation requests running or queued at once; one more gets a 429
+    /// with Retry-After [default: 256].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_requests: Option<u32>,
+    /// Prompts in one completions request [default: 2048].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_prompts_per_request: Option<u32>,
+    /// Samples one request may ask for, prompts × n [default: 4096].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_samples_per_request: Option<u32>,
+    /// Stop strings of one request [default: 64].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..))]
+    max_stop_strings: Option<u32>,
+    /// Bytes of one request's stop strings in all [default: 8192].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..))]
+    max_stop_bytes: Option<u32>,
+}
+
+impl ServeArgs {
+    /// The request limits: the defaults, with the ones given on the command line.
+    fn limits(&self) -> RequestLimits {
+        let mut limits = RequestLimits::default();
+        let set = |value: Option<u32>, limit: &mut usize| {
+            if let Some(value) = value {
+                *limit = value as usize;
+            }
+        };
+        set(self.max_concurrent_requests, &mut limits.max_concurrent_requests);
+        set(self.max_prompts_per_request, &mut limits.max_prompts);
+        set(self.max_samples_per_request, &mut limits.max_samples);
+        set(self.max_stop_strings, &mut limits.max_stop_strings);
+        set(self.max_stop_bytes, &mut limits.max_stop_bytes);
+        limits
+    }
 }
 
 /// The plugin `--device` names.
@@ -82,6 +122,14 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     config.model_root = args.model.clone();
     config.api_key = args.api_key.as_deref().map(ApiKey::new);
     config.max_body_bytes = args.max_body_bytes;
+    config.enable_control_routes = args.enable_control_routes;
+    config.limits = args.limits();
+    if !args.host.is_loopback() && args.api_key.is_none() {
+        eprintln!(
+            "warning: serving on {} without --api-key: anyone who can reach this address can generate with the model",
+            args.host
+        );
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let server = Server::bind(SocketAddr::new(args.host, args.port), engine, tokenizer, config).await?;

@@ -21,7 +21,9 @@ use crate::protocol::chat::{
     TopLogprob,
 };
 use crate::protocol::common::Usage;
-use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
+use crate::routes::generate::{
+    ChoiceUpdate, Chunker, TokenView, chunks, collect, off_thread, request_id, start, unix_now,
+};
 use crate::state::AppState;
 use crate::{sse, validate};
 
@@ -182,13 +184,13 @@ pub async fn chat(
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
     let kwargs = request.chat_template_kwargs.clone().unwrap_or_default();
-    let text = model.render_chat(
-        &messages,
-        request.add_generation_prompt,
-        request.continue_final_message,
-        &kwargs,
-    )?;
-    let prompt = model.encode(&text, false)?;
+    let (generation_prompt, continued) = (request.add_generation_prompt, request.continue_final_message);
+    let rendering = model.clone();
+    let prompt = off_thread(move || {
+        let text = rendering.render_chat(&messages, generation_prompt, continued, &kwargs)?;
+        rendering.encode(&text, false)
+    })
+    .await?;
     let room = model.max_model_len.saturating_sub(prompt.len()).max(1) as i64;
     let max_tokens = match request.max_completion_tokens.or(request.max_tokens) {
         Some(value) => validate::max_tokens("max_completion_tokens", value, model.max_model_len)?,
@@ -199,8 +201,10 @@ pub async fn chat(
         (false, Some(_)) => return Err(Error::invalid("top_logprobs", "top_logprobs needs logprobs: true")),
         (false, None) => None,
     };
-    let params = validate::sampling(&sampling, max_tokens, top)?;
+    let limits = &state.config.limits;
+    let params = validate::sampling(&sampling, max_tokens, top, limits)?;
     let n = params.n;
+    limits.check_size(1, n)?;
     let prompt_tokens = prompt.len();
     let merged = start(
         &state,

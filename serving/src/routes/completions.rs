@@ -18,7 +18,9 @@ use crate::protocol::common::Usage;
 use crate::protocol::completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Prompt,
 };
-use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
+use crate::routes::generate::{
+    ChoiceUpdate, Chunker, TokenView, chunks, collect, off_thread, request_id, start, unix_now,
+};
 use crate::state::AppState;
 use crate::{sse, validate};
 
@@ -150,7 +152,10 @@ pub async fn completions(
 ) -> Result<Response> {
     state.check_model(request.model.as_deref())?;
     let model = state.model.clone();
-    let prompts = prompts(&model, request.prompt)?;
+    let prompts = {
+        let (model, prompt) = (model.clone(), request.prompt);
+        off_thread(move || prompts(&model, prompt)).await?
+    };
     let max_tokens = validate::max_tokens(
         "max_tokens",
         request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -166,8 +171,10 @@ pub async fn completions(
             "echo with logprobs is not supported (it needs prompt log-probs)",
         ));
     }
-    let params = validate::sampling(&sampling, max_tokens, top)?;
+    let limits = &state.config.limits;
+    let params = validate::sampling(&sampling, max_tokens, top, limits)?;
     let n = params.n;
+    limits.check_size(prompts.len(), n)?;
     let echo = match request.echo {
         true => Some(prompts.iter().map(|p| model.decode(p)).collect::<Result<_>>()?),
         false => None,

@@ -1,9 +1,14 @@
 //! RL control routes like vLLM's: `POST /pause?mode=abort|wait|keep`,
 //! `POST /resume`, `GET /is_paused`, and `POST /update_weights_from_disk`
 //! (`{"model_path": DIR, "version": N, "abort_in_flight": false}`): every
-//! parameter is read from the folder's safetensors and checked before the
+//! parameter is read from the folder's safetensors (regular files named
+//! inside the folder, read within [`LOAD_LIMIT`]) and checked before the
 //! engine swaps any in; a checkpoint that does not fit is a 400 and the old
-//! weights keep serving.
+//! weights keep serving. The routes that change the server answer only
+//! behind an API key or when enabled ([`crate::ServerConfig::control_routes`]);
+//! otherwise they are a 403 saying how to turn them on.
+
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -15,6 +20,18 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::json::JsonBody;
 use crate::state::AppState;
+
+/// How long reading a weight folder may take.
+pub const LOAD_LIMIT: Duration = Duration::from_secs(300);
+
+/// Refuses control route `path` of a server that keeps them off.
+fn check_enabled(state: &AppState, path: &'static str) -> Result<()> {
+    if state.config.control_routes() {
+        Ok(())
+    } else {
+        Err(Error::ControlOff { path })
+    }
+}
 
 /// The query of `/pause`.
 #[derive(Debug, Deserialize)]
@@ -40,6 +57,7 @@ pub struct IsPaused {
 
 /// `POST /pause?mode=…`.
 pub async fn pause(State(state): State<AppState>, Query(query): Query<PauseQuery>) -> Result<Json<Status>> {
+    check_enabled(&state, "/pause")?;
     let mode = match query.mode.as_deref().unwrap_or("abort") {
         "abort" => PauseMode::Abort,
         "wait" => PauseMode::Wait,
@@ -57,6 +75,7 @@ pub async fn pause(State(state): State<AppState>, Query(query): Query<PauseQuery
 
 /// `POST /resume`.
 pub async fn resume(State(state): State<AppState>) -> Result<Json<Status>> {
+    check_enabled(&state, "/resume")?;
     state.backend.resume().await?;
     Ok(Json(Status { status: "resumed" }))
 }
@@ -97,18 +116,23 @@ pub async fn update_weights_from_disk(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<UpdateWeights>,
 ) -> Result<Json<Updated>> {
+    check_enabled(&state, "/update_weights_from_disk")?;
     let model = state.model.clone();
     let path = request.model_path.clone();
-    let tensors = tokio::task::spawn_blocking(move || -> Result<_> {
+    let loading = tokio::task::spawn_blocking(move || -> Result<_> {
         let checkpoint = Safetensors::open_dir(&path)?;
         model
             .parameters
             .iter()
             .map(|spec| Ok((spec.name.clone(), checkpoint.tensor(&spec.name)?)))
             .collect::<Result<Vec<_>>>()
-    })
-    .await
-    .map_err(|e| Error::invalid("model_path", format!("loading the checkpoint failed: {e}")))??;
+    });
+    let tensors = tokio::time::timeout(LOAD_LIMIT, loading)
+        .await
+        .map_err(|_| Error::LoadTimeout {
+            seconds: LOAD_LIMIT.as_secs(),
+        })?
+        .map_err(|e| Error::invalid("model_path", format!("loading the checkpoint failed: {e}")))??;
     let count = tensors.len();
     let in_flight = if request.abort_in_flight {
         InFlight::Abort

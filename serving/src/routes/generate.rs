@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use futures::stream::{self, BoxStream, select_all};
+use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use grpo_rollout::output::{Completion, SampleUpdate};
 use grpo_rollout::request::Request;
@@ -33,18 +33,46 @@ pub fn request_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
-/// Queues every request with the engine and merges their updates. If one is
-/// refused, those already queued are dropped (and so aborted).
+/// `work` (tokenizing, rendering a template, parsing a large body) on a
+/// blocking thread, so that the async threads stay free for other
+/// requests and `/health`.
+pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Serve(std::io::Error::other(e)))?
+}
+
+/// Queues a request's prompts with the engine, about `max_num_seqs`
+/// samples at a time — the next prompt when one finishes — so that a
+/// huge request never stands in front of a later small one for long, and
+/// merges their updates. The first of them are queued before this
+/// returns, so that a refusal is the request's error; a later refusal
+/// ends the stream with it. Dropping the stream aborts what is queued.
 pub async fn start(state: &AppState, requests: Vec<Request>) -> Result<Merged> {
     let arrived = Instant::now();
-    let mut streams = Vec::with_capacity(requests.len());
-    for (prompt, request) in requests.into_iter().enumerate() {
-        let (prompt_len, n) = (request.prompt.len(), request.params.n);
-        let updates = state.backend.generate(request).await?;
-        let updates = tracked(&state.metrics, updates, arrived, prompt_len, n);
-        streams.push(updates.map(move |u| u.map(|u| (prompt, u))).boxed());
+    let n = requests.first().map_or(1, |r| r.params.n);
+    let window = (state.model.max_num_seqs / n).max(1);
+    let mut requests = requests.into_iter().enumerate();
+    let mut first = Vec::with_capacity(window);
+    for (prompt, request) in requests.by_ref().take(window) {
+        first.push(queue(state, prompt, request, arrived).await?);
     }
-    Ok(select_all(streams).boxed())
+    let state = state.clone();
+    let rest = stream::iter(requests).map(move |(prompt, request)| {
+        let state = state.clone();
+        stream::once(async move { queue(&state, prompt, request, arrived).await })
+            .flat_map(|queued| queued.unwrap_or_else(|e| stream::once(async { Err(e) }).boxed()))
+            .boxed()
+    });
+    Ok(stream::iter(first).chain(rest).flatten_unordered(window).boxed())
+}
+
+/// Queues prompt `prompt`'s `request`, its updates tagged with the index.
+async fn queue(state: &AppState, prompt: usize, request: Request, arrived: Instant) -> grpo_rollout::Result<Merged> {
+    let (prompt_len, n) = (request.prompt.len(), request.params.n);
+    let updates = state.backend.generate(request).await?;
+    let updates = tracked(&state.metrics, updates, arrived, prompt_len, n);
+    Ok(updates.map(move |u| u.map(|u| (prompt, u))).boxed())
 }
 
 /// Every finished sample, by choice index, with its prompt's index.

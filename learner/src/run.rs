@@ -86,11 +86,7 @@ impl Start {
     /// checkpoint of `model`: an unreadable one is set aside, saying so,
     /// and the one before it taken (none left: the run starts again from
     /// step 0); a checkpoint of another model is refused.
-    fn first_readable(
-        model: &Pretrained,
-        name: &str,
-        candidates: Vec<PathBuf>,
-    ) -> Result<Option<Resumed>> {
+    fn first_readable(model: &Pretrained, name: &str, candidates: Vec<PathBuf>) -> Result<Option<Resumed>> {
         let any = !candidates.is_empty();
         for dir in candidates {
             let read = Pretrained::open_dir(&dir)

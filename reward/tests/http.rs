@@ -153,7 +153,10 @@ async fn malformed_and_wrong_length_bodies_are_bad_outputs() {
     }
     let huge = pool(&format!("{url}/huge"), "on_error = \"fail\"");
     let message = huge.score(&batch(&["4"])).await.unwrap_err().to_string();
-    assert!(message.contains("an answer over 67108864 bytes"), "read no further: {message}");
+    assert!(
+        message.contains("an answer over 67108864 bytes"),
+        "read no further: {message}"
+    );
     let nan = pool(&format!("{url}/nan"), "on_error = -3");
     assert_eq!(
         values(&nan.score(&batch(&["4", "4"])).await.unwrap()),

@@ -6,6 +6,11 @@
 #
 #   bench/serve.sh                       # concurrency 1, 8, 32; 64 tokens
 #   CONCURRENCY=1,8 REQUESTS=8 MAX_TOKENS=32 bench/serve.sh
+#   LOAD=hostile SECONDS_PER_PHASE=30 bench/serve.sh
+#
+# LOAD=hostile runs bench/serve_hostile.py instead: 32 well-behaved clients
+# and /health probes, alone and then beside one abusive client (requests at
+# and over the server's limits); p50/p99 latencies of both, per phase.
 #
 # Builds the release binary (unless NO_BUILD=1), starts it on a free
 # loopback port with --max-num-seqs MAX_NUM_SEQS (32), waits for /health,
@@ -52,5 +57,9 @@ for _ in $(seq 600); do
 done
 ((HEALTHY)) || { echo "serve.sh: no /health from $BASE after 300 s" >&2; exit 1; }
 
-"$PY" bench/serve_load.py --base-url "$BASE" --model "$MODEL" --concurrency "$CONCURRENCY" \
-    --requests-per-level "$REQUESTS" --max-tokens "$MAX_TOKENS"
+if [[ ${LOAD:-} == hostile ]]; then
+    "$PY" bench/serve_hostile.py --base-url "$BASE" --model "$MODEL" --seconds "${SECONDS_PER_PHASE:-30}"
+else
+    "$PY" bench/serve_load.py --base-url "$BASE" --model "$MODEL" --concurrency "$CONCURRENCY" \
+        --requests-per-level "$REQUESTS" --max-tokens "$MAX_TOKENS"
+fi

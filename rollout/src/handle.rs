@@ -146,6 +146,12 @@ impl EngineHandle {
         answer.await.map_err(|_| stopped())
     }
 
+    /// Whether the engine's thread still runs (answered at once, without
+    /// waiting for the step in progress).
+    pub fn is_running(&self) -> bool {
+        !self.commands.is_closed()
+    }
+
     /// Queues a request; its samples' updates arrive on the returned
     /// stream. A request the engine cannot serve is refused here.
     pub async fn generate(&self, request: Request) -> Result<SampleStream> {

@@ -20,6 +20,8 @@ pub trait Backend: Send + Sync + 'static {
     fn generate(&self, request: Request) -> BoxFuture<'_, Result<Updates>>;
     /// The current load; an error once the engine is down.
     fn stats(&self) -> BoxFuture<'_, Result<ServiceStats>>;
+    /// Whether the engine still runs, answered at once (for `/health`).
+    fn is_running(&self) -> bool;
     /// Pauses generation (see [`PauseMode`]).
     fn pause(&self, mode: PauseMode) -> BoxFuture<'_, Result<()>>;
     /// Resumes generation.
@@ -47,6 +49,10 @@ impl Backend for EngineHandle {
 
     fn stats(&self) -> BoxFuture<'_, Result<ServiceStats>> {
         Box::pin(EngineHandle::stats(self))
+    }
+
+    fn is_running(&self) -> bool {
+        EngineHandle::is_running(self)
     }
 
     fn pause(&self, mode: PauseMode) -> BoxFuture<'_, Result<()>> {

@@ -115,6 +115,7 @@ impl Server {
             root: config.model_root.clone(),
             max_model_len: engine.config().max_model_len,
             max_num_seqs: engine.config().max_num_seqs,
+            longest_token_bytes: model::longest_token_bytes(&tokenizer),
             parameters: engine.decoder().parameters().to_vec(),
             tokenizer: tokenizer.clone(),
             chat_template,

@@ -22,6 +22,10 @@ pub struct ServedModel {
     /// Sequences the engine decodes together (a request's prompts are
     /// queued about this many samples at a time).
     pub max_num_seqs: usize,
+    /// Bytes of the tokenizer's longest token ([`longest_token_bytes`]):
+    /// a text of more than twice this many bytes a position cannot fit
+    /// and is refused before it is tokenized.
+    pub longest_token_bytes: usize,
     /// The engine's parameters, in order (names and shapes).
     pub parameters: Vec<ParamSpec>,
     /// The tokenizer.
@@ -32,7 +36,35 @@ pub struct ServedModel {
     pub eos_token_ids: Vec<u32>,
 }
 
+/// Bytes of `tokenizer`'s longest token as its vocabulary spells it (at
+/// least the bytes it stands for: byte-level and SentencePiece spellings
+/// are longer than the text, not shorter).
+pub fn longest_token_bytes(tokenizer: &Tokenizer) -> usize {
+    (0..tokenizer.vocab_size() as u32)
+        .filter_map(|id| tokenizer.id_to_token(id))
+        .map(|token| token.len())
+        .max()
+        .unwrap_or(1)
+        .max(1)
+}
+
 impl ServedModel {
+    /// Refuses text `text` of field `param` that is too long for the
+    /// model's context whatever its tokens, without tokenizing it.
+    pub fn check_text_bytes(&self, param: &str, bytes: usize) -> Result<()> {
+        let fewest_tokens = bytes / (2 * self.longest_token_bytes);
+        if fewest_tokens > self.max_model_len {
+            return Err(Error::invalid(
+                param,
+                format!(
+                    "the text is {bytes} bytes, at least {fewest_tokens} tokens: over max_model_len = {}",
+                    self.max_model_len
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The token ids of `text`, as vLLM tokenizes a completion prompt.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         Ok(self.tokenizer.encode(text, add_special_tokens)?)

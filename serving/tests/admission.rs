@@ -31,6 +31,13 @@ async fn requests_over_the_limits_are_refused_naming_the_field() {
     let chat = json!({"messages": [{"role": "user", "content": "hi"}], "n": 17});
     let (status, answer) = server.post("/v1/chat/completions", &chat).await;
     assert_error(status, 400, &answer);
+    // A text no context can hold is refused by its length, before tokenizing.
+    let huge = "word ".repeat(200_000);
+    let (status, answer) = server.post("/v1/completions", &json!({"prompt": huge})).await;
+    assert!(assert_error(status, 400, &answer).contains("1000000 bytes, at least"));
+    let chat = json!({"messages": [{"role": "user", "content": huge}]});
+    let (status, answer) = server.post("/v1/chat/completions", &chat).await;
+    assert!(assert_error(status, 400, &answer).contains("bytes, at least"));
     assert_eq!(
         server
             .post(

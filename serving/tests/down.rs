@@ -34,6 +34,9 @@ impl Backend for Stopped {
     fn stats(&self) -> BoxFuture<'_, grpo_rollout::Result<ServiceStats>> {
         stopped()
     }
+    fn is_running(&self) -> bool {
+        false
+    }
     fn pause(&self, _: PauseMode) -> BoxFuture<'_, grpo_rollout::Result<()>> {
         stopped()
     }
@@ -57,6 +60,7 @@ async fn a_stopped_engine_answers_503() {
         root: common::MODEL.to_string(),
         max_model_len: common::MAX_MODEL_LEN,
         max_num_seqs: 4,
+        longest_token_bytes: 16,
         parameters: Vec::new(),
         tokenizer: Arc::new(common::tokenizer()),
         chat_template: None,

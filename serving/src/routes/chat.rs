@@ -183,6 +183,7 @@ pub async fn chat(
     state.check_model(request.model.as_deref())?;
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
+    model.check_text_bytes("messages", messages.iter().map(|m| m.content.len()).sum())?;
     let kwargs = request.chat_template_kwargs.clone().unwrap_or_default();
     let (generation_prompt, continued) = (request.add_generation_prompt, request.continue_final_message);
     let rendering = model.clone();

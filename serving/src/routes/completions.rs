@@ -29,6 +29,12 @@ const DEFAULT_MAX_TOKENS: i64 = 16;
 
 /// The token ids of each prompt.
 fn prompts(model: &ServedModel, prompt: Prompt) -> Result<Vec<Vec<u32>>> {
+    let bytes = match &prompt {
+        Prompt::Text(text) => text.len(),
+        Prompt::Texts(texts) => texts.iter().map(String::len).max().unwrap_or(0),
+        _ => 0,
+    };
+    model.check_text_bytes("prompt", bytes)?;
     let prompts = match prompt {
         Prompt::Text(text) => vec![model.encode(&text, true)?],
         Prompt::Texts(texts) => texts.iter().map(|t| model.encode(t, true)).collect::<Result<_>>()?,

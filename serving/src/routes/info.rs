@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::protocol::models::{ModelCard, ModelList, Version};
 use crate::state::AppState;
 
@@ -26,10 +26,16 @@ pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
     })
 }
 
-/// `GET /health`: an empty 200 while the engine answers.
+/// `GET /health`: an empty 200 while the engine runs, answered at once
+/// (it does not wait for the engine's step in progress), else a 503.
 pub async fn health(State(state): State<AppState>) -> Result<()> {
-    state.backend.stats().await?;
-    Ok(())
+    if state.backend.is_running() {
+        Ok(())
+    } else {
+        Err(Error::Engine(grpo_rollout::Error::EngineStopped {
+            reason: "its thread has ended".to_string(),
+        }))
+    }
 }
 
 /// `GET /version`.

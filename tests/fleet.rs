@@ -273,12 +273,16 @@ fn a_run_whose_only_worker_died_waits_then_stops_naming_it() {
 /// `timeout` for an answer.
 fn fleet_at_version_3(model: &Path, addrs: &[String], timeout: Duration) -> WorkerFleet {
     let token = AuthToken::new("s3cret").unwrap();
-    let mut fleet = WorkerFleet::new(FleetConfig {
+    let vocab_size = grpo_model::pretrained::Pretrained::open(model.to_str().unwrap())
+        .unwrap()
+        .config
+        .vocab_size;
+    let config = FleetConfig {
         heartbeat: Duration::from_millis(200),
         timeout,
         ..FleetConfig::default()
-    })
-    .unwrap();
+    };
+    let mut fleet = WorkerFleet::new(config, vocab_size).unwrap();
     fleet.add_workers(addrs, &token).unwrap();
     let plugin = grpo_xla::Plugin::find(grpo_xla::Platform::Cpu).unwrap();
     let client = grpo_xla::Client::new(&plugin, grpo_xla::ClientOptions::default()).unwrap();

@@ -45,7 +45,7 @@ pub(super) enum State {
 
 /// Why a call to a member failed, and whether asking again can help.
 #[derive(Debug, Clone)]
-pub(super) struct Failure {
+pub struct Failure {
     /// What went wrong.
     pub message: String,
     /// A refusal that repeats whatever is retried (token, protocol, a
@@ -130,12 +130,64 @@ impl Member {
     }
 }
 
-/// The samples of `request`, all of them or the failure.
-pub(super) async fn generate(connection: Connection, request: Request) -> Result<Vec<Completion>, Failure> {
+/// The samples of `request`, all of them or the failure; a worker's are
+/// checked ([`check_answer`]) against a vocabulary of `vocab_size` tokens.
+pub(super) async fn generate(
+    connection: Connection,
+    request: Request,
+    vocab_size: usize,
+) -> Result<Vec<Completion>, Failure> {
     match connection {
-        Connection::Remote(mut client) => Ok(client.generate(&request).await?.all().await?),
+        Connection::Remote(mut client) => {
+            let samples = client.generate(&request).await?.all().await?;
+            check_answer(&request, &samples, vocab_size)?;
+            Ok(samples)
+        }
         Connection::Local(handle) => Ok(handle.generate(request).await?.finished().await?),
     }
+}
+
+/// Refuses a worker's answer to `request` unless it is the request's `n`
+/// samples, each once, of at most `max_tokens` ids below `vocab_size`, each
+/// token with a finite log-prob of at most 0 and the policy version it was
+/// sampled under: a bad answer is the worker's fault (its group goes to
+/// another member), never training data.
+pub fn check_answer(request: &Request, samples: &[Completion], vocab_size: usize) -> Result<(), Failure> {
+    let bad = |what: String| Failure {
+        message: format!("answered {what}"),
+        permanent: false,
+    };
+    let n = request.params.n;
+    if samples.len() != n {
+        return Err(bad(format!("{} samples for n = {n}", samples.len())));
+    }
+    let mut seen = vec![false; n];
+    for sample in samples {
+        if sample.index >= n || std::mem::replace(&mut seen[sample.index], true) {
+            return Err(bad(format!("sample index {} twice or beyond n = {n}", sample.index)));
+        }
+        let tokens = sample.tokens.len();
+        if tokens > request.params.max_tokens {
+            return Err(bad(format!(
+                "{tokens} tokens for max_tokens = {}",
+                request.params.max_tokens
+            )));
+        }
+        if sample.logprobs.len() != tokens || sample.versions.len() != tokens {
+            return Err(bad(format!(
+                "{tokens} tokens with {} log-probs and {} versions",
+                sample.logprobs.len(),
+                sample.versions.len()
+            )));
+        }
+        if let Some(id) = sample.tokens.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(bad(format!("token id {id} outside the vocabulary of {vocab_size}")));
+        }
+        if let Some(logprob) = sample.logprobs.iter().find(|lp| !(lp.is_finite() && **lp <= 0.0)) {
+            return Err(bad(format!("log-prob {logprob} (not a finite number at most 0)")));
+        }
+    }
+    Ok(())
 }
 
 /// The fleet's current weights as pushes take them: the tensors (for the

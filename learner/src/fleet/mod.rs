@@ -28,6 +28,7 @@ use grpo_xla::Buffer;
 
 use crate::error::Result;
 
+pub use member::{Failure, check_answer};
 pub use plan::{EngineParts, FleetPlan};
 pub use pool::{FleetConfig, WorkerFleet};
 

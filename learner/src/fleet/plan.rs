@@ -91,7 +91,7 @@ impl FleetPlan {
         if self.local_only() {
             return Ok(Box::new(LocalFleet::new(engine.on(&devices[0])?)));
         }
-        let mut fleet = WorkerFleet::new(self.config)?;
+        let mut fleet = WorkerFleet::new(self.config, engine.decoder.config().vocab_size)?;
         if !self.workers.is_empty() {
             fleet.add_workers(&self.workers, &token()?)?;
         }

@@ -144,6 +144,8 @@ impl Work {
 pub struct WorkerFleet {
     runtime: tokio::runtime::Runtime,
     config: FleetConfig,
+    /// The policy's vocabulary: workers' token ids must be below it.
+    vocab_size: usize,
     members: Vec<Member>,
     /// Announcements from the registry, with the token its workers carry.
     registry: Option<(mpsc::UnboundedReceiver<Registration>, AuthToken)>,
@@ -161,7 +163,7 @@ pub struct WorkerFleet {
 impl WorkerFleet {
     /// A fleet with no members yet; add them with [`Self::add_workers`],
     /// [`Self::listen`] and [`Self::add_engine`].
-    pub fn new(config: FleetConfig) -> Result<WorkerFleet> {
+    pub fn new(config: FleetConfig, vocab_size: usize) -> Result<WorkerFleet> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -173,6 +175,7 @@ impl WorkerFleet {
         Ok(WorkerFleet {
             runtime,
             config,
+            vocab_size,
             members: Vec::new(),
             registry: None,
             events,
@@ -335,13 +338,14 @@ impl WorkerFleet {
             };
             work.queue.pop_front();
             let ticket = self.ticket();
-            let (connection, request, events) = (
+            let (connection, request, events, vocab_size) = (
                 self.members[index].connection.clone(),
                 work.requests[group].clone(),
                 self.events.clone(),
+                self.vocab_size,
             );
             let task = self.runtime.spawn(async move {
-                let result = member::generate(connection, request).await;
+                let result = member::generate(connection, request, vocab_size).await;
                 let _ = events.send(Event::Generated { ticket, result });
             });
             self.members[index].assigned += samples;

@@ -540,3 +540,43 @@ fn in_process_engines_on_two_devices_share_the_groups() {
     assert_each_sample_once(&rows, 4, 4, 2);
     assert!(rows.iter().all(|r| r.policy_version == r.step - 1));
 }
+
+/// SIGTERM: a worker finishes the samples in flight (it used to die with
+/// them), takes no new call, and exits cleanly.
+#[test]
+fn a_worker_told_to_stop_finishes_its_samples_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut worker = Worker::start(&model, "s3cret");
+    let token = AuthToken::new("s3cret").unwrap();
+    let endpoint = format!("http://{}", worker.addr);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let request = Request {
+        prompt: vec![1, 2, 3],
+        params: SamplingParams {
+            n: 4,
+            max_tokens: 28,
+            ignore_eos: true,
+            ..SamplingParams::default()
+        },
+    };
+    let samples = runtime.block_on(async {
+        let mut client = grpo_worker::WorkerClient::connect(&endpoint, &token).await.unwrap();
+        // The first call compiles the engine's programs: the signal lands while it runs.
+        let in_flight = client.generate(&request).await.unwrap();
+        worker.signal("TERM");
+        in_flight.all().await
+    });
+    let samples = samples.expect("the samples in flight were finished");
+    assert_eq!(samples.len(), 4);
+    assert!(samples.iter().all(|s| s.tokens.len() == 28), "none cut short");
+    let status = within(Duration::from_secs(60), move || worker.child.wait().unwrap());
+    assert!(status.success(), "a clean exit: {status}");
+    let refused = runtime.block_on(async {
+        match grpo_worker::WorkerClient::connect(&endpoint, &token).await {
+            Ok(mut client) => client.generate(&request).await.map(drop),
+            Err(e) => Err(e),
+        }
+    });
+    assert!(refused.is_err(), "nothing serves after it exits");
+}

@@ -5,7 +5,10 @@
 //! (`--host 0.0.0.0` listens on every interface), and refuses to start
 //! without a shared token: `--token-file PATH`, else the
 //! `GRPO_WORKER_TOKEN` environment variable. Once listening it prints
-//! `listening on HOST:PORT` on stdout and serves until stopped.
+//! `listening on HOST:PORT` on stdout and serves until SIGTERM or ctrl-c;
+//! then it drains — takes no new call, finishes the samples in flight (at
+//! most [`DRAIN_GRACE`]; the learner gives what is left to other members)
+//! — and exits.
 //!
 //! With `--learner ADDR` it also registers with the learner's registry
 //! (`[rollout] listen` of `grpo run`), saying where it serves (`--advertise
@@ -21,6 +24,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_serving::shutdown_signal;
 use grpo_worker::{AuthToken, DEFAULT_PORT, WorkerServer, announce};
 use grpo_xla::ElementType;
 
@@ -70,7 +74,11 @@ fn parse_dtype(name: &str) -> Result<ElementType, String> {
     }
 }
 
-/// Builds the engine and serves it until the process is stopped.
+/// How long a worker told to stop (SIGTERM, ctrl-c) finishes its samples
+/// in flight before it exits anyway.
+const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Builds the engine and serves it until SIGTERM or ctrl-c, then drains.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     let token = AuthToken::from_file_or_env(args.token_file.as_deref(), "--token-file")?;
     let model = Pretrained::open(&args.model)?;
@@ -91,9 +99,26 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
         let server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token.clone()).await?;
         let bound = server.local_addr();
         println!("listening on {bound}");
+        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown_signal().await;
+            eprintln!("draining: taking no new work, finishing the samples in flight (at most {DRAIN_GRACE:?})");
+            let _ = stopping.send(());
+        };
+        let grace = async move {
+            if stopped.await.is_ok() {
+                tokio::time::sleep(DRAIN_GRACE).await;
+                eprintln!("stopping with samples still in flight: the learner gives their groups to other members");
+            }
+        };
+        let serving = async {
+            tokio::select! {
+                served = server.serve_until(signal) => served.map_err(anyhow::Error::from),
+                () = grace => Ok(()),
+            }
+        };
         let Some(learner) = &args.learner else {
-            server.serve().await?;
-            return Ok(());
+            return serving.await;
         };
         let advertised = match &args.advertise {
             Some(address) => address.clone(),
@@ -110,7 +135,7 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
             Err(e) => eprintln!("the learner at {learner} does not answer ({e}); trying again"),
         });
         tokio::select! {
-            served = server.serve() => served?,
+            served = serving => served?,
             refused = announcing => bail!("the learner at {learner} refused this worker: {refused}"),
         }
         Ok(())

@@ -82,13 +82,20 @@ impl WorkerServer {
 
     /// Serves calls until the server fails (or its task is dropped).
     pub async fn serve(self) -> Result<(), WorkerError> {
+        self.serve_until(std::future::pending()).await
+    }
+
+    /// Serves calls until `shutdown` resolves, then drains: takes no new
+    /// call (connections are told to go away, so a learner sends its next
+    /// groups elsewhere) and returns once the calls in flight have finished.
+    pub async fn serve_until(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), WorkerError> {
         let service =
             RolloutWorkerServer::new(self.service).max_decoding_message_size(MAX_CHUNK_BYTES + MESSAGE_OVERHEAD);
         tonic::transport::Server::builder()
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
-            .serve_with_incoming(TcpListenerStream::new(self.listener))
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), shutdown)
             .await
             .map_err(WorkerError::Serve)
     }

@@ -388,8 +388,10 @@ class Manifests(unittest.TestCase):
         self.assertEqual(flag_value(argv, "--host", where), "0.0.0.0", f"{where}: --host must be 0.0.0.0")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         self.assertIn(port, ports.values(), f"{where}: --port {port} is no containerPort {ports}")
-        probe = c["readinessProbe"]["tcpSocket"]["port"]
-        self.assertEqual(ports.get(probe, probe), port, f"{where}: the readiness probe checks {probe}, not --port")
+        probe = c["readinessProbe"]["grpc"]
+        self.assertEqual(probe["port"], port, f"{where}: the readiness probe checks {probe['port']}, not --port")
+        self.assertEqual(probe.get("service"), "grpo.rollout.v1.RolloutWorker",
+                         f"{where}: the readiness probe must ask the worker's gRPC health service")
         # The learner dials the address a worker advertises: its pod IP, on --port.
         env = {e["name"]: e for e in c.get("env", [])}
         advertised = flag_value(argv, "--advertise", where)

@@ -18,8 +18,10 @@ use grpo_proto::rollout::rollout_worker_server::{RolloutWorker, RolloutWorkerSer
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::server::NamedService;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
+use tonic_health::ServingStatus;
 
 use crate::PROTOCOL_VERSION;
 use crate::auth::{AuthToken, CheckToken};
@@ -88,14 +90,32 @@ impl WorkerServer {
     /// Serves calls until `shutdown` resolves, then drains: takes no new
     /// call (connections are told to go away, so a learner sends its next
     /// groups elsewhere) and returns once the calls in flight have finished.
+    ///
+    /// Beside the worker's service it serves the standard gRPC health
+    /// service (`grpc.health.v1.Health`, no token needed, for probes such
+    /// as Kubernetes'): SERVING for the whole server (`""`) and for
+    /// `grpo.rollout.v1.RolloutWorker` — the model's weights are on the
+    /// device before the server listens — and NOT_SERVING once it drains.
     pub async fn serve_until(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), WorkerError> {
         let service =
             RolloutWorkerServer::new(self.service).max_decoding_message_size(MAX_CHUNK_BYTES + MESSAGE_OVERHEAD);
+        let (reporter, health) = tonic_health::server::health_reporter();
+        let names = ["", <RolloutWorkerServer<Service> as NamedService>::NAME];
+        for name in names {
+            reporter.set_service_status(name, ServingStatus::Serving).await;
+        }
+        let draining = async move {
+            shutdown.await;
+            for name in names {
+                reporter.set_service_status(name, ServingStatus::NotServing).await;
+            }
+        };
         tonic::transport::Server::builder()
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            .add_service(health)
             .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), shutdown)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(self.listener), draining)
             .await
             .map_err(WorkerError::Serve)
     }

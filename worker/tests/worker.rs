@@ -419,3 +419,43 @@ async fn pause_keeps_aborts_or_waits_and_resume_goes_on() {
     worker.resume().await.unwrap();
     assert!(worker.stats().await.unwrap().engine.compiled_programs > 0);
 }
+
+/// The standard gRPC health service answers without the token — SERVING
+/// for the server and the worker's service while it serves, NOT_SERVING
+/// once it drains — so probes (Kubernetes' `grpc`) need no secret.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grpc_health_service_says_serving_until_the_worker_drains() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let client = cpu_client();
+    let server = WorkerServer::bind("127.0.0.1:0".parse().unwrap(), engine(&client), token())
+        .await
+        .unwrap();
+    let endpoint = format!("http://{}", server.local_addr());
+    let (drain, draining) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_until(async {
+        let _ = draining.await;
+    }));
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut probe = HealthClient::new(channel);
+    let status = |service: &str| HealthCheckRequest {
+        service: service.to_string(),
+    };
+    for service in ["", "grpo.rollout.v1.RolloutWorker"] {
+        let answer = probe.check(status(service)).await.unwrap().into_inner();
+        assert_eq!(answer.status(), ServingStatus::Serving, "{service:?}");
+    }
+    let mut watch = probe.watch(status("")).await.unwrap().into_inner();
+    assert_eq!(watch.message().await.unwrap().unwrap().status(), ServingStatus::Serving);
+    drain.send(()).unwrap();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status(),
+        ServingStatus::NotServing
+    );
+    drop(watch);
+    serving.await.unwrap().unwrap();
+}

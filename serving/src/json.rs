@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::blocking::off_thread;
 use crate::error::Error;
 use crate::protocol::common::SamplingFields;
-use crate::routes::generate::off_thread;
 use crate::state::AppState;
 
 /// A request body parsed as `T`.

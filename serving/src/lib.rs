@@ -18,6 +18,7 @@
 pub mod admission;
 pub mod auth;
 pub mod backend;
+pub mod blocking;
 pub mod error;
 pub mod json;
 pub mod metrics;

@@ -13,6 +13,7 @@ use grpo_model::chat::ChatMessage;
 use grpo_rollout::request::Request;
 use serde_json::Value;
 
+use crate::blocking::off_thread;
 use crate::error::{Error, Result};
 use crate::json::WithSampling;
 use crate::model::ServedModel;
@@ -21,9 +22,7 @@ use crate::protocol::chat::{
     TopLogprob,
 };
 use crate::protocol::common::Usage;
-use crate::routes::generate::{
-    ChoiceUpdate, Chunker, TokenView, chunks, collect, off_thread, request_id, start, unix_now,
-};
+use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
 use crate::{sse, validate};
 

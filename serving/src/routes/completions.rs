@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use grpo_rollout::request::Request;
 use serde_json::Value;
 
+use crate::blocking::off_thread;
 use crate::error::{Error, Result};
 use crate::json::WithSampling;
 use crate::model::ServedModel;
@@ -18,9 +19,7 @@ use crate::protocol::common::Usage;
 use crate::protocol::completions::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, Prompt,
 };
-use crate::routes::generate::{
-    ChoiceUpdate, Chunker, TokenView, chunks, collect, off_thread, request_id, start, unix_now,
-};
+use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
 use crate::{sse, validate};
 

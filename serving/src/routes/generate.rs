@@ -33,15 +33,6 @@ pub fn request_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
-/// `work` (tokenizing, rendering a template, parsing a large body) on a
-/// blocking thread, so that the async threads stay free for other
-/// requests and `/health`.
-pub async fn off_thread<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| Error::Serve(std::io::Error::other(e)))?
-}
-
 /// Queues a request's prompts with the engine, about `max_num_seqs`
 /// samples at a time — the next prompt when one finishes — so that a
 /// huge request never stands in front of a later small one for long, and

@@ -28,17 +28,10 @@ try:  # the HTTP client the official `openai` client depends on
 except ImportError:
     import httpx
 
+from serve_load import quantile  # bench/ is the script's folder
+
 PROMPTS = ["Why is the sky blue?", "What makes bread rise?", "List some facts about the moon.",
            "Explain how a bicycle stays upright."]
-
-
-def quantile(values, q):
-    values = sorted(values)
-    if not values:
-        return float("nan")
-    k = (len(values) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
 async def well_behaved(client, model, max_tokens, until, latencies, failures):

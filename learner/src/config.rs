@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub use algorithm::AlgorithmSection;
 pub use data::{DataSection, ModelSection};
@@ -65,11 +65,6 @@ pub const MAX_BATCH: usize = 65536;
 pub const MAX_MODEL_LEN: usize = 1 << 20;
 /// Most in-process engines, versions of staleness or passes per batch.
 pub const MAX_COUNT: usize = 1024;
-
-/// The error of a bad value of `field`.
-pub(crate) fn invalid(field: &'static str, message: String) -> Error {
-    Error::Config { field, message }
-}
 
 impl ConfigFile for RunConfig {
     const FOREIGN_TABLES: &[&str] = &["reward", "reward_pool"];

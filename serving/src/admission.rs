@@ -32,17 +32,20 @@ pub struct RequestLimits {
 
 impl Default for RequestLimits {
     fn default() -> Self {
-        RequestLimits {
-            max_concurrent_requests: 256,
-            max_prompts: 2048,
-            max_samples: 4096,
-            max_stop_strings: 64,
-            max_stop_bytes: 8 << 10,
-        }
+        RequestLimits::DEFAULT
     }
 }
 
 impl RequestLimits {
+    /// The defaults (usable in constants).
+    pub const DEFAULT: RequestLimits = RequestLimits {
+        max_concurrent_requests: 256,
+        max_prompts: 2048,
+        max_samples: 4096,
+        max_stop_strings: 64,
+        max_stop_bytes: 8 << 10,
+    };
+
     /// Refuses `prompts` prompts of `n` samples each beyond the limits.
     pub fn check_size(&self, prompts: usize, n: usize) -> Result<()> {
         if prompts > self.max_prompts {

@@ -55,39 +55,42 @@ pub struct ServeArgs {
     /// machine whose local users are trusted.
     #[arg(long)]
     enable_control_routes: bool,
-    /// Generation requests running or queued at once; one more gets a 429
-    /// with Retry-After [default: 256].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    max_concurrent_requests: Option<u32>,
-    /// Prompts in one completions request [default: 2048].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    max_prompts_per_request: Option<u32>,
-    /// Samples one request may ask for, prompts × n [default: 4096].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    max_samples_per_request: Option<u32>,
-    /// Stop strings of one request [default: 64].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..))]
-    max_stop_strings: Option<u32>,
-    /// Bytes of one request's stop strings in all [default: 8192].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..))]
-    max_stop_bytes: Option<u32>,
+    /// Generation requests running or queued at once (at most 65536); one
+    /// more gets a 429 with Retry-After.
+    #[arg(long, default_value_t = LIMITS.max_concurrent_requests, value_parser = count(1..=65536))]
+    max_concurrent_requests: usize,
+    /// Prompts in one completions request.
+    #[arg(long, default_value_t = LIMITS.max_prompts, value_parser = count(1..))]
+    max_prompts_per_request: usize,
+    /// Samples one request may ask for, prompts × n.
+    #[arg(long, default_value_t = LIMITS.max_samples, value_parser = count(1..))]
+    max_samples_per_request: usize,
+    /// Stop strings of one request.
+    #[arg(long, default_value_t = LIMITS.max_stop_strings)]
+    max_stop_strings: usize,
+    /// Bytes of one request's stop strings in all.
+    #[arg(long, default_value_t = LIMITS.max_stop_bytes)]
+    max_stop_bytes: usize,
+}
+
+/// The server's default request limits (the flags' defaults).
+const LIMITS: RequestLimits = RequestLimits::DEFAULT;
+
+/// A count flag within `range`.
+fn count(range: impl std::ops::RangeBounds<u64>) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(range)
 }
 
 impl ServeArgs {
-    /// The request limits: the defaults, with the ones given on the command line.
+    /// The request limits the flags give.
     fn limits(&self) -> RequestLimits {
-        let mut limits = RequestLimits::default();
-        let set = |value: Option<u32>, limit: &mut usize| {
-            if let Some(value) = value {
-                *limit = value as usize;
-            }
-        };
-        set(self.max_concurrent_requests, &mut limits.max_concurrent_requests);
-        set(self.max_prompts_per_request, &mut limits.max_prompts);
-        set(self.max_samples_per_request, &mut limits.max_samples);
-        set(self.max_stop_strings, &mut limits.max_stop_strings);
-        set(self.max_stop_bytes, &mut limits.max_stop_bytes);
-        limits
+        RequestLimits {
+            max_concurrent_requests: self.max_concurrent_requests,
+            max_prompts: self.max_prompts_per_request,
+            max_samples: self.max_samples_per_request,
+            max_stop_strings: self.max_stop_strings,
+            max_stop_bytes: self.max_stop_bytes,
+        }
     }
 }
 

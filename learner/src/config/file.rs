@@ -5,8 +5,12 @@
 
 use std::path::Path;
 
-use super::invalid;
 use crate::error::{Error, Result};
+
+/// The error of a bad value of `field`.
+fn invalid(field: &'static str, message: String) -> Error {
+    Error::Config { field, message }
+}
 
 /// The error of a config that is not TOML.
 fn not_toml(e: toml::de::Error) -> Error {

@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, HostWeights};
 use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
-use crate::metrics::{CompletionStats, eval_names, reward_breakdown};
+use crate::metrics::{CompletionStats, eval_names, metrics_of, reward_breakdown};
 use crate::objective::grpo::GrpoObjective;
 use crate::record::RolloutRow;
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
@@ -404,12 +404,9 @@ impl Task for GrpoTask {
         };
         let rows = rollout_rows(step + 1, &drawn, &rewards, &adv.values);
         self.sampler = drawn.sampler;
-        let Value::Object(metrics) = serde_json::to_value(&report).expect("a step report serializes") else {
-            unreachable!("a step report is a JSON object")
-        };
         Ok(StepRecord {
             step: step + 1,
-            metrics,
+            metrics: metrics_of(&report),
             tokens: rows.iter().map(|r| r.completion_tokens as usize).sum(),
             input_tokens: collected
                 .groups
@@ -427,10 +424,7 @@ impl Task for GrpoTask {
             return Ok(None);
         }
         let report = self.greedy_eval()?;
-        let Value::Object(metrics) = serde_json::to_value(&report).expect("an eval report serializes") else {
-            unreachable!("an eval report is a JSON object")
-        };
-        Ok(Some(eval_names(metrics)))
+        Ok(Some(eval_names(metrics_of(&report))))
     }
 
     fn sampler(&self) -> SamplerState {

@@ -2,7 +2,8 @@
 //! names with a slash — completion lengths (`completions/…`) and each
 //! reward function's mean and std (`rewards/<name>/…`) — and the names
 //! grpo wrote before it took TRL's, which a resumed run's
-//! `metrics.jsonl` is rewritten to ([`renamed`]).
+//! `metrics.jsonl` is rewritten to ([`renamed`]); and reports as the
+//! metrics of a line ([`metrics_of`], [`eval_names`]).
 
 use std::collections::BTreeMap;
 
@@ -130,6 +131,14 @@ pub fn renamed(line: Map<String, Value>) -> Map<String, Value> {
             None => (key, value),
         })
         .collect()
+}
+
+/// A report (a struct of named numbers) as the metrics of a JSON line.
+pub fn metrics_of(report: &impl serde::Serialize) -> Map<String, Value> {
+    match serde_json::to_value(report) {
+        Ok(Value::Object(metrics)) => metrics,
+        _ => unreachable!("a report serializes to a JSON object"),
+    }
 }
 
 /// `metrics` with every key prefixed `eval_` (TRL's names of evaluation metrics).

@@ -17,6 +17,7 @@ use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::learner::{Learner, Optimization, check_rows};
 use crate::loss::LossType;
+use crate::metrics::metrics_of;
 use crate::objective::sft::SftObjective;
 use crate::schedule::Schedule;
 use crate::trainer::{LoopState, StepRecord, Task, Trainer};
@@ -252,12 +253,9 @@ impl Task for SftTask {
             learning_rate: lr,
             tokens: batch.tokens,
         };
-        let Value::Object(metrics) = serde_json::to_value(&report).expect("a step report serializes") else {
-            unreachable!("a step report is a JSON object")
-        };
         Ok(StepRecord {
             step: step + 1,
-            metrics,
+            metrics: metrics_of(&report),
             rollouts: Vec::new(),
             tokens: batch.tokens,
             input_tokens: examples.iter().map(|e| e.prompt.len() + e.completion.len()).sum(),

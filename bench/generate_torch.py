@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers (CPU) competitor of `grpo bench generate`.
+"""Hugging Face transformers competitor (CPU, or CUDA with --device cuda) of `grpo bench generate`.
 
 Times `model.generate` of SmolLM2-135M-Instruct on the prompt ids that
 `grpo bench generate --tokens-out FILE` wrote (--tokens FILE), the same
@@ -133,7 +133,7 @@ def run(args, tokens_file):
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model_dir, dtype=torch_dtype, attn_implementation=args.attn
-    )
+    ).to(args.device)
     model.eval()
     seen, weight_bytes = set(), 0
     for p in model.parameters():  # parameters() yields a tied tensor once; the id check makes sure
@@ -145,14 +145,14 @@ def run(args, tokens_file):
     eos = model.generation_config.eos_token_id
     pad = eos[0] if isinstance(eos, list) else eos
     print(
-        f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, {args.device}, {torch.get_num_threads()} threads, "
         f"{args.attn} {args.dtype}: {weight_bytes / 1e6:.1f} MB of weights; prompt {len(prompt)} tokens, "
         f"{args.new_tokens} new",
         file=sys.stderr,
     )
 
     for batch in args.batch:
-        ids = torch.tensor([prompt] * batch, dtype=torch.long)
+        ids = torch.tensor([prompt] * batch, dtype=torch.long, device=args.device)
         mask = torch.ones_like(ids)
 
         def generate(max_new):
@@ -168,7 +168,7 @@ def run(args, tokens_file):
         prefill_s, full_s, tokens = [], [], None
         for run_index in range(args.warmup + args.runs):
             start = time.perf_counter()
-            generate(1)  # CPU eager: done when generate returns
+            generate(1)  # done when generate returns: its tokens are read back to the host
             middle = time.perf_counter()
             tokens = generate(1 + args.new_tokens)
             if run_index >= args.warmup:
@@ -198,6 +198,7 @@ def parse_args(argv):
     parser.add_argument("--tokens", required=True,
                         help="JSON file of `grpo bench generate --tokens-out` (the prompt ids, grpo's greedy tokens)")
     parser.add_argument("--model-dir", default=None, help="HF model folder (default: <grpo cache>/models/smollm2-135m-instruct)")
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
     parser.add_argument("--batch", type=parse_batches, default=[1, 16, 64], help="batch sizes (default 1,16,64)")
     parser.add_argument("--new-tokens", type=int, default=64, help="decode tokens timed per request (default 64)")
     parser.add_argument("--dtype", choices=DTYPES, default="f32", help="parameter and compute dtype (default f32)")

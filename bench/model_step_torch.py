@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers (CPU) competitor of `grpo bench model-step`.
+"""Hugging Face transformers competitor (CPU, or CUDA with --device cuda) of `grpo bench model-step`.
 
 Times training forward + backward of SmolLM2-135M-Instruct, the same maths as
 the Rust side: random token ids [batch, seq] (torch.manual_seed(0), all real
@@ -166,17 +166,20 @@ def missing_model_message(model_dir):
     )
 
 
-def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads):
-    """Times `warmup` + `runs` forward + backward steps; returns the timed durations (s)."""
+def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads, device="cpu", tf32=False):
+    """Times `warmup` + `runs` forward + backward steps on `device` (f32 products
+    in TF32 when `tf32`); returns the timed durations (s)."""
     import torch  # here, so that --flops and report.py need no torch
     import transformers
 
     torch.set_num_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     transformers.utils.logging.disable_progress_bar()
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     model = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch_dtype, attn_implementation=attn
-    )
+    ).to(device)
     model.config.use_cache = False
     model.train()  # dropout is 0 in SmolLM2; train mode only to be the training path
 
@@ -198,7 +201,7 @@ def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads):
     flops = step_flops(cfg, batch, seq, params=counted)["flops"]
 
     torch.manual_seed(0)
-    ids = torch.randint(0, cfg["vocab_size"], (batch, seq))
+    ids = torch.randint(0, cfg["vocab_size"], (batch, seq)).to(device)
     targets = ids[:, 1:].unsqueeze(-1)
 
     def step():
@@ -216,7 +219,9 @@ def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads):
     for _ in range(runs):
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        loss = step()  # CPU eager: every op has finished when backward returns
+        loss = step()
+        if device != "cpu":  # CPU eager has finished every op when backward returns
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
     missing = [name for name, p in model.named_parameters() if p.grad is None]
@@ -225,7 +230,7 @@ def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads):
     median_ms = statistics.median(times) * 1e3
     print(
         f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"{torch.get_num_threads()} threads, {attn} {dtype} {batch}x{seq}: "
+        f"{device}, {torch.get_num_threads()} threads, {attn} {dtype} {batch}x{seq}: "
         f"N = {counted:,} Linear weights, {flops / 1e9:.1f} GFLOP/step; "
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median_ms:.0f} ms = "
         f"{batch * seq / (median_ms / 1e3):.1f} tokens/s, {flops / (median_ms / 1e3) / 1e9:.1f} GFLOP/s",
@@ -247,6 +252,9 @@ def parse_args(argv):
         "--threads", type=int, default=os.cpu_count() or 1,
         help="torch.set_num_threads (default: os.cpu_count())",
     )
+    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    parser.add_argument("--tf32", action="store_true",
+                        help="let CUDA run f32 products in TF32 (as XLA does by default on GPUs)")
     parser.add_argument(
         "--flops", action="store_true",
         help="print the analytic FLOPs per step as JSON (from the folder's config.json, "
@@ -275,7 +283,7 @@ def main(argv=None):
         counts = step_flops(cfg, args.batch, args.seq)
         tokens = args.batch * args.seq
         print(json.dumps({
-            "model": MODEL_LABEL, "config": source, "batch": args.batch, "seq": args.seq,
+            "model": os.path.basename(os.path.normpath(model_dir)) if have_model else MODEL_LABEL, "config": source, "batch": args.batch, "seq": args.seq,
             **counts, "gflop": round(counts["flops"] / 1e9, 3),
             "flops_per_token": counts["flops"] / tokens,
         }))
@@ -283,7 +291,10 @@ def main(argv=None):
     if not have_model:
         print(missing_model_message(model_dir), file=sys.stderr)
         return 1
-    times = run(model_dir, args.attn, args.dtype, args.batch, args.seq, args.runs, args.warmup, args.threads)
+    times = run(
+        model_dir, args.attn, args.dtype, args.batch, args.seq, args.runs, args.warmup, args.threads, args.device,
+        args.tf32,
+    )
     print(result_line(args.attn, args.dtype, args.batch, args.seq, times), flush=True)
     return 0
 

@@ -16,44 +16,106 @@ use crate::weights::HostTensor;
 pub enum Preset {
     /// 2 layers, hidden 64, 4 heads of 16 (2 key/value heads), SwiGLU 128.
     Tiny,
+    /// SmolLM2-135M's shape: 30 layers, hidden 576, 9 heads of 64 (3
+    /// key/value heads), SwiGLU 1536 — for speed measurements where the
+    /// pretrained weights cannot travel.
+    Smollm2_135m,
+    /// Llama 3.2 1B's shape: 16 layers, hidden 2048, 32 heads of 64 (8
+    /// key/value heads), SwiGLU 8192.
+    Llama1b,
 }
+
+/// Every preset with its name.
+const PRESETS: [(&str, Preset); 3] = [
+    ("tiny", Preset::Tiny),
+    ("smollm2-135m", Preset::Smollm2_135m),
+    ("llama-1b", Preset::Llama1b),
+];
 
 impl std::str::FromStr for Preset {
     type Err = Error;
 
     fn from_str(name: &str) -> Result<Preset> {
-        match name {
-            "tiny" => Ok(Preset::Tiny),
-            other => Err(Error::Config {
+        PRESETS
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|&(_, preset)| preset)
+            .ok_or_else(|| Error::Config {
                 field: "preset".to_string(),
-                message: format!("`{other}` is not a preset (tiny is)"),
-            }),
+                message: format!(
+                    "`{name}` is not a preset: choose one of {}",
+                    PRESETS.map(|(known, _)| known).join(", ")
+                ),
+            })
+    }
+}
+
+/// The sizes a preset fixes.
+struct Shape {
+    hidden_size: usize,
+    intermediate_size: usize,
+    layers: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    max_positions: usize,
+}
+
+impl Preset {
+    fn shape(self) -> Shape {
+        match self {
+            Preset::Tiny => Shape {
+                hidden_size: 64,
+                intermediate_size: 128,
+                layers: 2,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 16,
+                max_positions: 2048,
+            },
+            Preset::Smollm2_135m => Shape {
+                hidden_size: 576,
+                intermediate_size: 1536,
+                layers: 30,
+                heads: 9,
+                kv_heads: 3,
+                head_dim: 64,
+                max_positions: 8192,
+            },
+            Preset::Llama1b => Shape {
+                hidden_size: 2048,
+                intermediate_size: 8192,
+                layers: 16,
+                heads: 32,
+                kv_heads: 8,
+                head_dim: 64,
+                max_positions: 8192,
+            },
         }
     }
 }
 
 /// The config of a `preset` model of `family` over a vocabulary of `vocab_size`.
 pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Option<u32>, eos: u32) -> ModelConfig {
-    match preset {
-        Preset::Tiny => ModelConfig {
-            family,
-            vocab_size,
-            hidden_size: 64,
-            intermediate_size: 128,
-            layers: 2,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: 16,
-            rope_theta: if family == Family::Llama { 10_000.0 } else { 1_000_000.0 },
-            rope_scaling: None,
-            rms_norm_eps: 1e-6,
-            max_positions: 2048,
-            tie_embeddings: family != Family::Qwen3,
-            qkv_bias: family == Family::Qwen2,
-            qk_norm: family == Family::Qwen3,
-            bos_token_id: bos,
-            eos_token_ids: vec![eos],
-        },
+    let shape = preset.shape();
+    ModelConfig {
+        family,
+        vocab_size,
+        hidden_size: shape.hidden_size,
+        intermediate_size: shape.intermediate_size,
+        layers: shape.layers,
+        heads: shape.heads,
+        kv_heads: shape.kv_heads,
+        head_dim: shape.head_dim,
+        rope_theta: if family == Family::Llama { 10_000.0 } else { 1_000_000.0 },
+        rope_scaling: None,
+        rms_norm_eps: 1e-6,
+        max_positions: shape.max_positions,
+        tie_embeddings: family != Family::Qwen3,
+        qkv_bias: family == Family::Qwen2,
+        qk_norm: family == Family::Qwen3,
+        bos_token_id: bos,
+        eos_token_ids: vec![eos],
     }
 }
 

@@ -1,6 +1,6 @@
 //! `grpo init-model --family llama|qwen2|qwen3 --preset tiny --out DIR`: a
-//! random model folder (config, safetensors, the bundled tokenizer) for tests
-//! and experiments; transformers loads it too.
+//! random model folder (config, safetensors, the bundled tokenizer or the one
+//! `--tokenizer` names) for tests and experiments; transformers loads it too.
 
 use std::path::PathBuf;
 
@@ -9,6 +9,7 @@ use grpo_model::bundled::SMOLLM2_NAME;
 use grpo_model::config::Family;
 use grpo_model::init::{Preset, preset_config, random_weights};
 use grpo_model::pretrained::{Pretrained, write_model_dir};
+use grpo_model::tokenizer::Tokenizer;
 
 /// Arguments of `grpo init-model`.
 #[derive(Debug, clap::Args)]
@@ -16,9 +17,13 @@ pub struct InitModelArgs {
     /// llama, qwen2 or qwen3.
     #[arg(long, value_parser = |s: &str| s.parse::<Family>().map_err(|e| e.to_string()))]
     family: Family,
-    /// Model size.
+    /// Model size: tiny, smollm2-135m or llama-1b (those models' shapes).
     #[arg(long, default_value = "tiny", value_parser = |s: &str| s.parse::<Preset>().map_err(|e| e.to_string()))]
     preset: Preset,
+    /// A `tokenizer.json` (with its `tokenizer_config.json` beside it) for the
+    /// random model; default: the bundled model's tokenizer.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     /// Seed of the random weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -29,11 +34,16 @@ pub struct InitModelArgs {
 
 /// Writes the random model.
 pub fn run(args: &InitModelArgs) -> anyhow::Result<()> {
-    let bundled = Pretrained::open(SMOLLM2_NAME).context("the random model borrows the bundled tokenizer")?;
-    let tokenizer = bundled.tokenizer.context("the bundled model has no tokenizer")?;
+    let tokenizer = match &args.tokenizer {
+        Some(file) => Tokenizer::from_file(file)?,
+        None => Pretrained::open(SMOLLM2_NAME)
+            .context("the random model borrows the bundled tokenizer (or pass --tokenizer)")?
+            .tokenizer
+            .context("the bundled model has no tokenizer")?,
+    };
     let eos = tokenizer
         .eos_id()
-        .context("the bundled tokenizer has no end-of-sequence token")?;
+        .context("the tokenizer has no end-of-sequence token")?;
     let config = preset_config(
         args.family,
         args.preset,

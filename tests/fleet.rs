@@ -4,7 +4,7 @@
 //! worker killed with SIGKILL, stalled with SIGSTOP or restarted costs
 //! nothing but time — its groups go to the others, every (step, group,
 //! sample) is logged exactly once, and a worker that comes back gets the
-//! current weights before it gets work.
+//! current weights before it gets work; workers and the registry over TLS.
 
 mod common;
 
@@ -240,6 +240,72 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A CA (`dir/ca.pem`) and a certificate for 127.0.0.1 it signed, with its
+/// key (`dir/cert.pem`, `dir/key.pem`).
+fn test_pki(dir: &Path) -> [std::path::PathBuf; 3] {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    [
+        ("ca.pem", ca.pem()),
+        ("cert.pem", cert.pem()),
+        ("key.pem", key.serialize_pem()),
+    ]
+    .map(|(name, text)| {
+        std::fs::write(dir.join(name), text).unwrap();
+        dir.join(name)
+    })
+}
+
+#[test]
+fn a_run_trains_on_a_worker_that_registered_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let [ca, cert, key] = test_pki(dir.path());
+    let config = tiny_run(dir.path(), "max_steps = 2\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let registry = format!("127.0.0.1:{}", free_port());
+    let quoted = |p: &Path| format!("{:?}", p.to_str().unwrap());
+    let sets = [
+        format!("rollout.listen=\"{registry}\""),
+        format!("rollout.tls_ca={}", quoted(&ca)),
+        format!("rollout.tls_cert={}", quoted(&cert)),
+        format!("rollout.tls_key={}", quoted(&key)),
+    ];
+    let mut run = Run::start(&config, &sets);
+    run.wait_for_log("taking rollout worker registrations");
+    let tls = [cert.to_str().unwrap(), key.to_str().unwrap(), ca.to_str().unwrap()];
+    let worker = Worker::start_with(
+        &dir.path().join("tiny"),
+        "s3cret",
+        &[
+            "--port",
+            "0",
+            "--tls-cert",
+            tls[0],
+            "--tls-key",
+            tls[1],
+            "--learner",
+            &registry,
+            "--tls-ca",
+            tls[2],
+        ],
+    );
+    assert!(run.finish(Duration::from_secs(300)), "the run failed: {}", run.log());
+    let metrics = lines(&dir.path().join("out/metrics.jsonl"));
+    assert_eq!(metrics.len(), 2);
+    assert!(
+        run.log()
+            .contains(&format!("rollout worker https://{} registered", worker.addr)),
+        "the worker registered with its https address: {}",
+        run.log()
+    );
+}
+
 #[test]
 fn a_run_whose_only_worker_died_waits_then_stops_naming_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,7 +349,9 @@ fn fleet_at_version_3(model: &Path, addrs: &[String], timeout: Duration) -> Work
         ..FleetConfig::default()
     };
     let mut fleet = WorkerFleet::new(config, vocab_size).unwrap();
-    fleet.add_workers(addrs, &token).unwrap();
+    fleet
+        .add_workers(addrs, &token, &grpo_worker::ClientTls::default())
+        .unwrap();
     let plugin = grpo_xla::Plugin::find(grpo_xla::Platform::Cpu).unwrap();
     let client = grpo_xla::Client::new(&plugin, grpo_xla::ClientOptions::default()).unwrap();
     let pretrained = grpo_model::pretrained::Pretrained::open(model.to_str().unwrap()).unwrap();
@@ -561,7 +629,9 @@ fn a_worker_told_to_stop_finishes_its_samples_then_exits() {
         },
     };
     let samples = runtime.block_on(async {
-        let mut client = grpo_worker::WorkerClient::connect(&endpoint, &token).await.unwrap();
+        let mut client = grpo_worker::WorkerClient::connect(&endpoint, &token, &grpo_worker::ClientTls::default())
+            .await
+            .unwrap();
         // The first call compiles the engine's programs: the signal lands while it runs.
         let in_flight = client.generate(&request).await.unwrap();
         worker.signal("TERM");
@@ -573,7 +643,7 @@ fn a_worker_told_to_stop_finishes_its_samples_then_exits() {
     let status = within(Duration::from_secs(60), move || worker.child.wait().unwrap());
     assert!(status.success(), "a clean exit: {status}");
     let refused = runtime.block_on(async {
-        match grpo_worker::WorkerClient::connect(&endpoint, &token).await {
+        match grpo_worker::WorkerClient::connect(&endpoint, &token, &grpo_worker::ClientTls::default()).await {
             Ok(mut client) => client.generate(&request).await.map(drop),
             Err(e) => Err(e),
         }

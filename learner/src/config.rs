@@ -81,8 +81,17 @@ impl ConfigFile for RunConfig {
         if let Some(path) = &self.data.eval_path {
             self.data.eval_path = Some(base.join(path));
         }
-        if let Some(file) = &self.rollout.worker_token_file {
-            self.rollout.worker_token_file = Some(base.join(file));
+        let rollout = &mut self.rollout;
+        for file in [
+            &mut rollout.worker_token_file,
+            &mut rollout.tls_ca,
+            &mut rollout.tls_cert,
+            &mut rollout.tls_key,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *file = base.join(&*file);
         }
         self.logging.out = base.join(&self.logging.out);
     }

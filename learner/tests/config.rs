@@ -39,6 +39,19 @@ fn invalid_values_name_their_key() {
         ("[rollout]\nengines = 0\n", "rollout.engines"),
         ("[rollout]\nengines = 2\nworkers = [\"h:1\"]\n", "rollout.engines"),
         ("[trainer]\nparallelism = \"tensor\"\n", "trainer.parallelism"),
+        (
+            "[rollout]\nlisten = \"0.0.0.0:1\"\ntls_cert = \"c.pem\"\n",
+            "rollout.tls_key",
+        ),
+        (
+            "[rollout]\nlisten = \"0.0.0.0:1\"\ntls_key = \"k.pem\"\n",
+            "rollout.tls_cert",
+        ),
+        (
+            "[rollout]\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"\n",
+            "rollout.tls_cert",
+        ),
+        ("[rollout]\ntls_ca = 3\n", "rollout.tls_ca"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()

@@ -75,6 +75,12 @@ pub enum Error {
         /// The limit, in bytes.
         limit: usize,
     },
+    /// The body is declared as something other than JSON.
+    #[error("the body is `{content_type}`; send JSON (Content-Type: application/json)")]
+    UnsupportedMediaType {
+        /// The request's Content-Type.
+        content_type: String,
+    },
     /// The engine refused the request or stopped.
     #[error(transparent)]
     Engine(#[from] grpo_rollout::Error),
@@ -119,6 +125,7 @@ impl Error {
             Error::LoadTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "TimeoutError"),
             Error::Overloaded { .. } => (StatusCode::TOO_MANY_REQUESTS, "RateLimitError"),
             Error::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "RequestEntityTooLarge"),
+            Error::UnsupportedMediaType { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaTypeError"),
             Error::Engine(Engine::EngineStopped { .. }) => (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailableError"),
             Error::Engine(_) | Error::Bind { .. } | Error::Serve(_) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError")

@@ -1,12 +1,15 @@
-//! The JSON body extractors: a body over the limit is a 413; malformed
-//! JSON, a body that is not an object, or a wrongly typed field a 400 in
-//! the API's error shape, naming the field. Generation requests are read
+//! The JSON body extractors: a body declared as another media type is a
+//! 415 (no Content-Type, `application/json` and `application/*+json` are
+//! read as JSON, as FastAPI reads them); a body over the limit is a 413;
+//! malformed JSON, a body that is not an object, or a wrongly typed field
+//! a 400 in the API's error shape, naming the field. Generation requests are read
 //! twice from one parsed body, into their own fields and the shared
 //! [`SamplingFields`] (serde's `flatten` would lose the field names).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -21,8 +24,25 @@ pub struct JsonBody<T>(pub T);
 /// A generation request's body: its own fields and the sampling fields.
 pub struct WithSampling<T>(pub T, pub SamplingFields);
 
+/// Whether a Content-Type declares JSON: `application/json`, or
+/// `application/<anything>+json`, with any parameters.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence
+        .strip_prefix("application/")
+        .is_some_and(|subtype| subtype == "json" || subtype.ends_with("+json"))
+}
+
 /// The body as a JSON object.
 async fn object(request: Request, state: &AppState) -> Result<Value, Error> {
+    if let Some(declared) = request.headers().get(CONTENT_TYPE) {
+        let text = String::from_utf8_lossy(declared.as_bytes());
+        if !is_json(&text) {
+            return Err(Error::UnsupportedMediaType {
+                content_type: text.chars().take(100).collect(),
+            });
+        }
+    }
     let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Error::BodyTooLarge {

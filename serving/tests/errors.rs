@@ -151,6 +151,36 @@ async fn malformed_oversized_unknown_and_unauthorized_requests() {
     .await;
     assert!(assert_error(status, 405, &answer).contains("GET is not allowed on /v1/completions"));
 
+    // A body declared as another media type is a 415; JSON types with
+    // parameters, `+json` types and no Content-Type at all are read as JSON.
+    let body = json!({"prompt": "hi", "max_tokens": 1}).to_string();
+    for (content_type, expected) in [
+        (Some("application/x-www-form-urlencoded"), 415),
+        (Some("text/plain"), 415),
+        (Some("multipart/form-data; boundary=x"), 415),
+        (Some("application/json; charset=utf-8"), 200),
+        (Some("Application/JSON"), 200),
+        (Some("application/vnd.api+json"), 200),
+        (None, 200),
+    ] {
+        let mut request = server
+            .request(reqwest::Method::POST, "/v1/completions")
+            .body(body.clone());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let (status, answer) = status_json(request.send().await.unwrap()).await;
+        if expected == 415 {
+            let message = assert_error(status, 415, &answer);
+            assert!(
+                message.contains(content_type.unwrap()) && message.contains("application/json"),
+                "{message}"
+            );
+        } else {
+            assert_eq!(status, 200, "{content_type:?}: {answer}");
+        }
+    }
+
     let unknown = json!({"prompt": "hi", "max_tokens": 2, "no_such_field": [1, 2, 3], "suffix": null});
     assert_eq!(server.post("/v1/completions", &unknown).await.0, 200);
 

@@ -13,8 +13,13 @@
 //! With `--learner ADDR` it also registers with the learner's registry
 //! (`[rollout] listen` of `grpo run`), saying where it serves (`--advertise
 //! HOST:PORT`, by default the address it listens on), and announces itself
-//! again every few seconds; a learner that refuses it (token, protocol)
-//! stops it with the learner's reason.
+//! again every few seconds (until it drains); a learner that refuses it
+//! (token, protocol) stops it with the learner's reason.
+//!
+//! `--tls-cert` and `--tls-key` serve over TLS only (PEM files; the
+//! certificate must name the host the learner dials); the address it
+//! advertises is then `https://…`. `--tls-ca` is the CA file it trusts
+//! when it dials the learner's registry over TLS.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -25,7 +30,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_serving::shutdown_signal;
-use grpo_worker::{AuthToken, DEFAULT_PORT, WorkerServer, announce};
+use grpo_worker::{AuthToken, ClientTls, DEFAULT_PORT, ServerTls, WorkerServer, announce};
 use grpo_xla::ElementType;
 
 use crate::cli::platform::PlatformArgs;
@@ -65,6 +70,16 @@ pub struct WorkerArgs {
     /// address it listens on (required with `--host 0.0.0.0`).
     #[arg(long, requires = "learner")]
     advertise: Option<String>,
+    /// The certificate chain (PEM) to serve over TLS with; needs --tls-key.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA certificate (PEM) that the learner's registry certificate must
+    /// chain to; the learner's address is then dialled over TLS (`https://`).
+    #[arg(long, requires = "learner")]
+    tls_ca: Option<PathBuf>,
 }
 
 fn parse_dtype(name: &str) -> Result<ElementType, String> {
@@ -81,6 +96,14 @@ const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Builds the engine and serves it until SIGTERM or ctrl-c, then drains.
 pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     let token = AuthToken::from_file_or_env(args.token_file.as_deref(), "--token-file")?;
+    let server_tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls::from_pem_files(cert, key)?),
+        _ => None,
+    };
+    let learner_tls = match &args.tls_ca {
+        Some(ca) => ClientTls::from_ca_file(ca)?,
+        None => ClientTls::default(),
+    };
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let decoder = Decoder::new(model.config.clone());
@@ -96,25 +119,31 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token.clone()).await?;
-        let bound = server.local_addr();
+        let mut server = WorkerServer::bind(SocketAddr::new(args.host, args.port), engine, token.clone()).await?;
+        if let Some(tls) = server_tls {
+            server = server.with_tls(tls);
+        }
+        let (bound, tls) = (server.local_addr(), server.is_tls());
         println!("listening on {bound}");
-        let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (drain, draining) = tokio::sync::watch::channel(false);
         let signal = async move {
             shutdown_signal().await;
             eprintln!("draining: taking no new work, finishing the samples in flight (at most {DRAIN_GRACE:?})");
-            let _ = stopping.send(());
+            let _ = drain.send(true);
         };
-        let grace = async move {
-            if stopped.await.is_ok() {
-                tokio::time::sleep(DRAIN_GRACE).await;
-                eprintln!("stopping with samples still in flight: the learner gives their groups to other members");
+        let drained = |mut draining: tokio::sync::watch::Receiver<bool>| async move {
+            if draining.wait_for(|d| *d).await.is_err() {
+                std::future::pending::<()>().await; // the server ended first
             }
         };
+        let grace = drained(draining.clone());
         let serving = async {
             tokio::select! {
                 served = server.serve_until(signal) => served.map_err(anyhow::Error::from),
-                () = grace => Ok(()),
+                () = async { grace.await; tokio::time::sleep(DRAIN_GRACE).await } => {
+                    eprintln!("stopping with samples still in flight: the learner gives their groups to other members");
+                    Ok(())
+                }
             }
         };
         let Some(learner) = &args.learner else {
@@ -130,13 +159,27 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
             }
             None => bound.to_string(),
         };
-        let announcing = announce(learner, &advertised, &token, |state| match state {
-            Ok(()) => eprintln!("registered with the learner at {learner} as {advertised}"),
-            Err(e) => eprintln!("the learner at {learner} does not answer ({e}); trying again"),
-        });
+        let advertised = match (tls, advertised.contains("://")) {
+            (true, false) => format!("https://{advertised}"),
+            _ => advertised,
+        };
+        let announcing = async {
+            tokio::select! {
+                refused = announce(learner, &advertised, &token, &learner_tls, |state| match state {
+                    Ok(()) => eprintln!("registered with the learner at {learner} as {advertised}"),
+                    Err(e) => eprintln!("the learner at {learner} does not answer ({e}); trying again"),
+                }) => Some(refused),
+                // A draining worker stops announcing, so the learner does not take it back.
+                () = drained(draining) => None,
+            }
+        };
+        tokio::pin!(serving);
         tokio::select! {
-            served = serving => served?,
-            refused = announcing => bail!("the learner at {learner} refused this worker: {refused}"),
+            served = &mut serving => served?,
+            refused = announcing => match refused {
+                Some(refused) => bail!("the learner at {learner} refused this worker: {refused}"),
+                None => serving.await?,
+            },
         }
         Ok(())
     })

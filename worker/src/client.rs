@@ -14,6 +14,7 @@ use crate::auth::{AttachToken, AuthToken};
 use crate::convert::{pause_mode_to_proto, request_to_proto, sample_from_proto, stats_from_proto};
 use crate::error::WorkerError;
 use crate::server::{CONNECTION_WINDOW, STREAM_WINDOW};
+use crate::tls::ClientTls;
 use crate::weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::{PauseMode, ServiceStats};
@@ -82,18 +83,11 @@ pub struct Health {
     pub instance: u64,
 }
 
-/// `endpoint` (`host:port` or a URL) as a tonic endpoint.
-pub(crate) fn parse_endpoint(endpoint: &str) -> Result<Endpoint, WorkerError> {
-    let uri = if endpoint.contains("://") {
-        endpoint.to_string()
-    } else {
-        format!("http://{endpoint}")
-    };
-    let endpoint = Endpoint::from_shared(uri).map_err(|source| WorkerError::Connect {
-        endpoint: endpoint.to_string(),
-        source,
-    })?;
-    Ok(endpoint
+/// `endpoint` (`host:port` or a URL) as a tonic endpoint, over TLS as
+/// `tls` says ([`ClientTls`]).
+pub(crate) fn parse_endpoint(endpoint: &str, tls: &ClientTls) -> Result<Endpoint, WorkerError> {
+    Ok(tls
+        .endpoint(endpoint)?
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW))
 }
@@ -132,9 +126,10 @@ pub struct WorkerClient {
 
 impl WorkerClient {
     /// Connects to the worker at `endpoint` (`host:port`, or a URL such as
-    /// `http://host:port`), sending `token` with every call.
-    pub async fn connect(endpoint: &str, token: &AuthToken) -> Result<WorkerClient, WorkerError> {
-        let channel = parse_endpoint(endpoint)?
+    /// `https://host:port`), over TLS as `tls` says, sending `token` with
+    /// every call.
+    pub async fn connect(endpoint: &str, token: &AuthToken, tls: &ClientTls) -> Result<WorkerClient, WorkerError> {
+        let channel = parse_endpoint(endpoint, tls)?
             .connect()
             .await
             .map_err(|source| WorkerError::Connect {
@@ -147,8 +142,8 @@ impl WorkerClient {
     /// A client of the worker at `endpoint` that connects on its first call
     /// (and reconnects after the worker restarts), for workers that may not
     /// be up yet. Call it within a tokio runtime.
-    pub fn connect_lazy(endpoint: &str, token: &AuthToken) -> Result<WorkerClient, WorkerError> {
-        Ok(WorkerClient::on(parse_endpoint(endpoint)?.connect_lazy(), token))
+    pub fn connect_lazy(endpoint: &str, token: &AuthToken, tls: &ClientTls) -> Result<WorkerClient, WorkerError> {
+        Ok(WorkerClient::on(parse_endpoint(endpoint, tls)?.connect_lazy(), token))
     }
 
     fn on(channel: Channel, token: &AuthToken) -> WorkerClient {

@@ -22,6 +22,14 @@ pub enum WorkerError {
     /// A gRPC server (a worker's, or the learner's registry) stopped with an error.
     #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
+    /// A TLS certificate, key or CA file that cannot be used.
+    #[error("TLS file {path}: {message}")]
+    Tls {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A worker could not be reached.
     #[error("cannot connect to the worker at {endpoint}: {source}")]
     Connect {

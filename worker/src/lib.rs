@@ -17,6 +17,8 @@
 //!   so a fleet grows and heals without a fixed address list.
 //! - [`AuthToken`]: the shared token every call carries
 //!   (`authorization: Bearer <token>`), checked in constant time.
+//! - [`ServerTls`] and [`ClientTls`]: optional TLS for both services (a
+//!   server's certificate and key; the CA a caller trusts).
 //! - [`WorkerError`]: what fails beyond the engine's errors; engine errors
 //!   become gRPC status codes in one function (refused requests and
 //!   updates `InvalidArgument`, a stopped engine `Unavailable`).
@@ -27,6 +29,7 @@ mod convert;
 mod error;
 mod registry;
 mod server;
+mod tls;
 pub mod weights;
 
 pub use auth::{AuthToken, TOKEN_VAR};
@@ -36,6 +39,7 @@ pub use error::WorkerError;
 pub use grpo_proto::rollout as proto;
 pub use registry::{Registration, RegistryServer, announce};
 pub use server::{DEFAULT_PORT, WorkerServer};
+pub use tls::{ClientTls, ServerTls};
 pub use weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
 
 /// The version of the worker protocol this build speaks; a learner refuses

@@ -27,6 +27,7 @@ use crate::PROTOCOL_VERSION;
 use crate::auth::{AttachToken, AuthToken, CheckToken};
 use crate::client::parse_endpoint;
 use crate::error::WorkerError;
+use crate::tls::{ClientTls, ServerTls, is_dialable};
 
 /// A worker that announced itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +41,7 @@ pub struct RegistryServer {
     listener: TcpListener,
     addr: SocketAddr,
     token: AuthToken,
+    tls: Option<ServerTls>,
     service: Registry,
 }
 
@@ -64,6 +66,7 @@ impl RegistryServer {
             listener,
             addr,
             token,
+            tls: None,
             service,
         };
         Ok((server, receiver))
@@ -74,10 +77,19 @@ impl RegistryServer {
         self.addr
     }
 
+    /// Serves over TLS with `tls` (only).
+    pub fn with_tls(self, tls: ServerTls) -> RegistryServer {
+        RegistryServer { tls: Some(tls), ..self }
+    }
+
     /// Serves registrations until the server fails (or its task is dropped).
     pub async fn serve(self) -> Result<(), WorkerError> {
         let service = WorkerRegistryServer::new(self.service);
-        tonic::transport::Server::builder()
+        let mut builder = match &self.tls {
+            Some(tls) => tls.builder()?,
+            None => tonic::transport::Server::builder(),
+        };
+        builder
             .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
             .serve_with_incoming(TcpListenerStream::new(self.listener))
             .await
@@ -104,7 +116,7 @@ impl WorkerRegistry for Registry {
                 request.protocol_version
             )));
         }
-        if request.address.is_empty() || parse_endpoint(&request.address).is_err() {
+        if request.address.is_empty() || !is_dialable(&request.address) {
             return Err(Status::invalid_argument(format!(
                 "`{}` is not an address the learner can dial; give the worker --advertise HOST:PORT",
                 request.address
@@ -128,15 +140,17 @@ const ANNOUNCE_EVERY: std::ops::RangeInclusive<Duration> = Duration::from_millis
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Registers the worker serving at `address` with the learner at `learner`
-/// and keeps announcing it; returns only when the learner refuses it.
-/// `on_change` hears each change between registered and unreachable.
+/// (over TLS as `tls` says) and keeps announcing it; returns only when the
+/// learner refuses it. `on_change` hears each change between registered
+/// and unreachable.
 pub async fn announce(
     learner: &str,
     address: &str,
     token: &AuthToken,
+    tls: &ClientTls,
     mut on_change: impl FnMut(Result<(), &WorkerError>),
 ) -> WorkerError {
-    let channel = match parse_endpoint(learner) {
+    let channel = match parse_endpoint(learner, tls) {
         Ok(endpoint) => endpoint.connect_lazy(),
         Err(error) => return error,
     };

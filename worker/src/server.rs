@@ -27,6 +27,7 @@ use crate::PROTOCOL_VERSION;
 use crate::auth::{AuthToken, CheckToken};
 use crate::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
 use crate::error::{WorkerError, status};
+use crate::tls::ServerTls;
 use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate};
 use grpo_rollout::engine::Engine;
 use grpo_rollout::handle::{EngineHandle, SampleStream};
@@ -53,6 +54,7 @@ pub struct WorkerServer {
     addr: SocketAddr,
     service: Service,
     token: AuthToken,
+    tls: Option<ServerTls>,
 }
 
 impl WorkerServer {
@@ -74,7 +76,18 @@ impl WorkerServer {
             addr,
             service,
             token,
+            tls: None,
         })
+    }
+
+    /// Serves over TLS with `tls` (only), the health service too.
+    pub fn with_tls(self, tls: ServerTls) -> WorkerServer {
+        WorkerServer { tls: Some(tls), ..self }
+    }
+
+    /// Whether it serves over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The address it listens on (with the port picked, if 0 was asked for).
@@ -110,7 +123,11 @@ impl WorkerServer {
                 reporter.set_service_status(name, ServingStatus::NotServing).await;
             }
         };
-        tonic::transport::Server::builder()
+        let builder = match &self.tls {
+            Some(tls) => tls.builder()?,
+            None => tonic::transport::Server::builder(),
+        };
+        builder
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .add_service(health)

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use grpo_worker::proto::worker_registry_client::WorkerRegistryClient;
-use grpo_worker::{AuthToken, PROTOCOL_VERSION, Registration, RegistryServer, WorkerError, announce, proto};
+use grpo_worker::{AuthToken, ClientTls, PROTOCOL_VERSION, Registration, RegistryServer, WorkerError, announce, proto};
 use tokio::sync::mpsc;
 use tonic::Code;
 
@@ -35,8 +35,16 @@ async fn next(registrations: &mut mpsc::UnboundedReceiver<Registration>) -> Regi
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_registers_and_keeps_announcing_itself() {
     let (learner, mut registrations) = registry("127.0.0.1:0".parse().unwrap()).await;
-    let announcing =
-        tokio::spawn(async move { announce(&learner.to_string(), "127.0.0.1:7001", &token("s3cret"), |_| {}).await });
+    let announcing = tokio::spawn(async move {
+        announce(
+            &learner.to_string(),
+            "127.0.0.1:7001",
+            &token("s3cret"),
+            &ClientTls::default(),
+            |_| {},
+        )
+        .await
+    });
     let expected = Registration {
         address: "127.0.0.1:7001".to_string(),
     };
@@ -57,9 +65,15 @@ async fn a_learner_that_comes_up_later_is_found() {
     let learner: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let (changes, mut heard) = mpsc::unbounded_channel();
     let announcing = tokio::spawn(async move {
-        announce(&learner.to_string(), "127.0.0.1:7002", &token("s3cret"), move |state| {
-            let _ = changes.send(state.is_ok());
-        })
+        announce(
+            &learner.to_string(),
+            "127.0.0.1:7002",
+            &token("s3cret"),
+            &ClientTls::default(),
+            move |state| {
+                let _ = changes.send(state.is_ok());
+            },
+        )
         .await
     });
     assert_eq!(
@@ -78,7 +92,13 @@ async fn a_wrong_token_ends_the_announcements_with_the_reason() {
     let (learner, mut registrations) = registry("127.0.0.1:0".parse().unwrap()).await;
     let refused = tokio::time::timeout(
         Duration::from_secs(10),
-        announce(&learner.to_string(), "127.0.0.1:7003", &token("wrong"), |_| {}),
+        announce(
+            &learner.to_string(),
+            "127.0.0.1:7003",
+            &token("wrong"),
+            &ClientTls::default(),
+            |_| {},
+        ),
     )
     .await
     .expect("refused at once, not retried");

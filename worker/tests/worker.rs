@@ -21,7 +21,7 @@ use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_worker::proto::rollout_worker_client::RolloutWorkerClient;
 use grpo_worker::{
-    AuthToken, EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, WireDtype, WorkerClient,
+    AuthToken, ClientTls, EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, WireDtype, WorkerClient,
     WorkerError, WorkerServer, proto,
 };
 use grpo_xla::Client;
@@ -53,7 +53,12 @@ async fn worker(client: &Client) -> (WorkerClient, String) {
     assert!(addr.ip().is_loopback());
     tokio::spawn(server.serve());
     let endpoint = addr.to_string();
-    (WorkerClient::connect(&endpoint, &token()).await.unwrap(), endpoint)
+    (
+        WorkerClient::connect(&endpoint, &token(), &ClientTls::default())
+            .await
+            .unwrap(),
+        endpoint,
+    )
 }
 
 fn request(max_tokens: usize, temperature: f32, n: usize, seed: u32) -> Request {
@@ -324,9 +329,13 @@ async fn refused_updates_leave_the_old_weights_serving() {
 async fn every_call_needs_the_token() {
     let client = cpu_client();
     let (mut worker, endpoint) = worker(&client).await;
-    let mut wrong = WorkerClient::connect(&endpoint, &AuthToken::new("not-the-token").unwrap())
-        .await
-        .unwrap();
+    let mut wrong = WorkerClient::connect(
+        &endpoint,
+        &AuthToken::new("not-the-token").unwrap(),
+        &ClientTls::default(),
+    )
+    .await
+    .unwrap();
     let update = new_weights(1, WireDtype::F32);
     let encoded = EncodedUpdate::new(1, &update, WireDtype::F32, 1 << 20, InFlight::Keep);
     let errors = [

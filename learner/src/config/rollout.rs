@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::values::require;
 use super::{Dtype, MAX_BATCH, MAX_COUNT, MAX_GROUP_SIZE, MAX_MODEL_LEN, Seconds};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// `[rollout]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -50,6 +50,16 @@ pub struct RolloutSection {
     /// A file holding the workers' shared token; without it the token comes
     /// from `GRPO_WORKER_TOKEN`. Relative to the config file.
     pub worker_token_file: Option<PathBuf>,
+    /// A CA certificate (PEM) that workers' certificates must chain to:
+    /// workers are then called over TLS (addresses without a scheme become
+    /// `https://`). Without it, `https://` addresses are checked against the
+    /// system's roots and the others are plain HTTP/2. Relative to the config file.
+    pub tls_ca: Option<PathBuf>,
+    /// The certificate chain (PEM) the registry (`listen`) serves TLS with;
+    /// needs `tls_key`. Relative to the config file.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert`. Relative to the config file.
+    pub tls_key: Option<PathBuf>,
     /// How weights travel to workers: "f32" (exact; default) or "bf16" (half the bytes).
     pub weight_dtype: Dtype,
     /// Seconds between two Health calls to each worker. Default 2.
@@ -83,6 +93,9 @@ impl Default for RolloutSection {
             in_process: None,
             engines: 1,
             worker_token_file: None,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
             weight_dtype: Dtype::F32,
             heartbeat_s: seconds(2.0),
             worker_timeout_s: seconds(10.0),
@@ -141,6 +154,24 @@ impl RolloutSection {
             "false",
             "that leaves no engine: give rollout.workers or rollout.listen",
         )?;
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(Error::Config {
+                field: if self.tls_cert.is_some() {
+                    "rollout.tls_key"
+                } else {
+                    "rollout.tls_cert"
+                },
+                message: "rollout.tls_cert and rollout.tls_key go together: give both (the registry serves TLS) \
+                          or neither"
+                    .to_string(),
+            });
+        }
+        if self.tls_cert.is_some() && self.listen.is_none() {
+            return Err(Error::Config {
+                field: "rollout.tls_cert",
+                message: "it is the registry's certificate: give rollout.listen too".to_string(),
+            });
+        }
         require(
             "rollout.engines",
             (1..=MAX_COUNT).contains(&self.engines) && (self.engines == 1 || self.in_process()),

@@ -1,9 +1,10 @@
 //! The rollout fleet a run asks for (`[rollout]`: workers to call, a
 //! registry to listen on, in-process engines) and building it: engines on
 //! the client's devices with the policy's weights in the engine dtype,
-//! workers reached with the shared token.
+//! workers reached with the shared token (over TLS where configured).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use grpo_model::decoder::Decoder;
@@ -11,7 +12,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::WeightSource;
 use grpo_rollout::engine::{Engine, EngineConfig};
-use grpo_worker::{AuthToken, PushOptions};
+use grpo_worker::{AuthToken, ClientTls, PushOptions, ServerTls};
 use grpo_xla::{Client, Device};
 
 use super::{Fleet, FleetConfig, LocalFleet, WorkerFleet};
@@ -31,6 +32,10 @@ pub struct FleetPlan {
     pub in_process: bool,
     /// In-process engines, one per device.
     pub engines: usize,
+    /// The CA file workers' certificates must chain to (`rollout.tls_ca`).
+    pub tls_ca: Option<PathBuf>,
+    /// The registry's certificate and key files (`rollout.tls_cert`, `rollout.tls_key`).
+    pub registry_tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// What the fleet's in-process engines are made of.
@@ -64,7 +69,33 @@ impl FleetPlan {
             listen: rollout.listen,
             in_process: rollout.in_process(),
             engines: rollout.engines,
+            tls_ca: rollout.tls_ca.clone(),
+            registry_tls: rollout.tls_cert.clone().zip(rollout.tls_key.clone()),
         }
+    }
+
+    /// What the learner trusts when it calls workers.
+    fn dial(&self) -> Result<ClientTls> {
+        match &self.tls_ca {
+            Some(ca) => ClientTls::from_ca_file(ca).map_err(|e| Error::Config {
+                field: "rollout.tls_ca",
+                message: e.to_string(),
+            }),
+            None => Ok(ClientTls::default()),
+        }
+    }
+
+    /// The registry's TLS identity, if it serves TLS.
+    fn registry_tls(&self) -> Result<Option<ServerTls>> {
+        let Some((cert, key)) = &self.registry_tls else {
+            return Ok(None);
+        };
+        ServerTls::from_pem_files(cert, key)
+            .map(Some)
+            .map_err(|e| Error::Config {
+                field: "rollout.tls_cert",
+                message: e.to_string(),
+            })
     }
 
     /// Whether one in-process engine is the whole fleet (no workers, no registry).
@@ -91,12 +122,13 @@ impl FleetPlan {
         if self.local_only() {
             return Ok(Box::new(LocalFleet::new(engine.on(&devices[0])?)));
         }
+        let dial = self.dial()?;
         let mut fleet = WorkerFleet::new(self.config, engine.decoder.config().vocab_size)?;
         if !self.workers.is_empty() {
-            fleet.add_workers(&self.workers, &token()?)?;
+            fleet.add_workers(&self.workers, &token()?, &dial)?;
         }
         if let Some(addr) = self.listen {
-            let bound = fleet.listen(addr, token()?)?;
+            let bound = fleet.listen(addr, token()?, self.registry_tls()?, dial)?;
             tracing::info!("taking rollout worker registrations on {bound} (grpo worker --learner {bound})");
         }
         if self.in_process {

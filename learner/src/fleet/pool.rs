@@ -40,7 +40,7 @@ use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
-use grpo_worker::{AuthToken, Health, PushOptions, Registration, RegistryServer, WorkerClient};
+use grpo_worker::{AuthToken, ClientTls, Health, PushOptions, Registration, RegistryServer, ServerTls, WorkerClient};
 use grpo_xla::Buffer;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -147,8 +147,8 @@ pub struct WorkerFleet {
     /// The policy's vocabulary: workers' token ids must be below it.
     vocab_size: usize,
     members: Vec<Member>,
-    /// Announcements from the registry, with the token its workers carry.
-    registry: Option<(mpsc::UnboundedReceiver<Registration>, AuthToken)>,
+    /// The registry's announcements, and how its workers are called.
+    registry: Option<Registry>,
     events: mpsc::UnboundedSender<Event>,
     inbox: mpsc::UnboundedReceiver<Event>,
     /// The fleet's policy version and its weights (for members that join
@@ -158,6 +158,13 @@ pub struct WorkerFleet {
     next_ticket: u64,
     /// Groups queued again since the start.
     requeued_groups: u64,
+}
+
+/// Where workers register, and how the ones that do are called.
+struct Registry {
+    registrations: mpsc::UnboundedReceiver<Registration>,
+    token: AuthToken,
+    dial: ClientTls,
 }
 
 impl WorkerFleet {
@@ -188,11 +195,12 @@ impl WorkerFleet {
     }
 
     /// Adds the workers at `endpoints` (`host:port` or URLs), called with
-    /// `token`. They need not be up yet: they join when they answer.
-    pub fn add_workers(&mut self, endpoints: &[String], token: &AuthToken) -> Result<()> {
+    /// `token` over TLS as `tls` says. They need not be up yet: they join
+    /// when they answer.
+    pub fn add_workers(&mut self, endpoints: &[String], token: &AuthToken, tls: &ClientTls) -> Result<()> {
         let _entered = self.runtime.enter();
         for endpoint in endpoints {
-            let client = WorkerClient::connect_lazy(endpoint, token).map_err(|e| Error::Worker {
+            let client = WorkerClient::connect_lazy(endpoint, token, tls).map_err(|e| Error::Worker {
                 endpoint: endpoint.clone(),
                 message: e.to_string(),
             })?;
@@ -202,21 +210,35 @@ impl WorkerFleet {
         Ok(())
     }
 
-    /// Takes registrations of workers carrying `token` on `addr`; returns
-    /// the address bound (its port picked if 0 was given).
-    pub fn listen(&mut self, addr: SocketAddr, token: AuthToken) -> Result<SocketAddr> {
+    /// Takes registrations of workers carrying `token` on `addr` (over TLS
+    /// with `tls`, if given) and calls the workers registered as `dial`
+    /// says; returns the address bound (its port picked if 0 was given).
+    pub fn listen(
+        &mut self,
+        addr: SocketAddr,
+        token: AuthToken,
+        tls: Option<ServerTls>,
+        dial: ClientTls,
+    ) -> Result<SocketAddr> {
         let announce_every = self.config.heartbeat;
-        let (server, registrations) = self
+        let (mut server, registrations) = self
             .runtime
             .block_on(RegistryServer::bind(addr, token.clone(), announce_every))
             .map_err(|e| Error::Fleet { message: e.to_string() })?;
+        if let Some(tls) = tls {
+            server = server.with_tls(tls);
+        }
         let bound = server.local_addr();
         self.runtime.spawn(async move {
             if let Err(e) = server.serve().await {
                 tracing::error!("the worker registry at {bound} stopped: {e}");
             }
         });
-        self.registry = Some((registrations, token));
+        self.registry = Some(Registry {
+            registrations,
+            token,
+            dial,
+        });
         Ok(bound)
     }
 
@@ -234,7 +256,12 @@ impl WorkerFleet {
     /// Adds registered workers not known yet; asks a known one that is down
     /// at once whether it is back.
     fn take_registrations(&mut self) {
-        let Some((registrations, token)) = &mut self.registry else {
+        let Some(Registry {
+            registrations,
+            token,
+            dial,
+        }) = &mut self.registry
+        else {
             return;
         };
         let _entered = self.runtime.enter();
@@ -250,7 +277,7 @@ impl WorkerFleet {
                         known.next_ping = Instant::now();
                     }
                 }
-                None => match WorkerClient::connect_lazy(&address, token) {
+                None => match WorkerClient::connect_lazy(&address, token, dial) {
                     Ok(client) => {
                         tracing::info!("rollout worker {address} registered");
                         self.members.push(Member::new(address, Connection::Remote(client)));

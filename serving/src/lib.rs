@@ -138,6 +138,7 @@ impl Server {
             .map_err(|source| Error::Bind { addr, source })?;
         let state = AppState {
             admission: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
+            generating: Arc::default(),
             backend,
             metrics: Arc::new(Metrics::new(&model.name)),
             model: Arc::new(model),

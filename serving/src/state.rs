@@ -12,6 +12,9 @@ use crate::model::ServedModel;
 pub struct AppState {
     /// Places of generation requests running at once ([`crate::admission`]).
     pub admission: Arc<tokio::sync::Semaphore>,
+    /// Generation requests with prompts still running or waiting: each
+    /// keeps its fair share of the engine's slots queued ([`crate::routes`]).
+    pub generating: Arc<std::sync::atomic::AtomicUsize>,
     /// Where generation happens.
     pub backend: Arc<dyn Backend>,
     /// The served model.

@@ -4,9 +4,11 @@
 //! index is `prompt_index * n + sample_index`, as vLLM numbers them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use futures::stream::{self, BoxStream};
+use futures::stream::{self, BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use grpo_rollout::output::{Completion, SampleUpdate};
 use grpo_rollout::request::Request;
@@ -33,29 +35,92 @@ pub fn request_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
-/// Queues a request's prompts with the engine, about `max_num_seqs`
-/// samples at a time — the next prompt when one finishes — so that a
-/// huge request never stands in front of a later small one for long, and
-/// merges their updates. The first of them are queued before this
-/// returns, so that a refusal is the request's error; a later refusal
-/// ends the stream with it. Dropping the stream aborts what is queued.
-pub async fn start(state: &AppState, requests: Vec<Request>) -> Result<Merged> {
-    let arrived = Instant::now();
-    let n = requests.first().map_or(1, |r| r.params.n);
-    let window = (state.model.max_num_seqs / n).max(1);
-    let mut requests = requests.into_iter().enumerate();
-    let mut first = Vec::with_capacity(window);
-    for (prompt, request) in requests.by_ref().take(window) {
-        first.push(queue(state, prompt, request, arrived).await?);
+/// One generation request among those running: counted in
+/// [`AppState::generating`] while it lives.
+struct Turn {
+    generating: Arc<AtomicUsize>,
+    max_num_seqs: usize,
+    n: usize,
+}
+
+impl Turn {
+    fn take(state: &AppState, n: usize) -> Turn {
+        state.generating.fetch_add(1, Ordering::SeqCst);
+        Turn {
+            generating: state.generating.clone(),
+            max_num_seqs: state.model.max_num_seqs,
+            n,
+        }
     }
-    let state = state.clone();
-    let rest = stream::iter(requests).map(move |(prompt, request)| {
-        let state = state.clone();
-        stream::once(async move { queue(&state, prompt, request, arrived).await })
-            .flat_map(|queued| queued.unwrap_or_else(|e| stream::once(async { Err(e) }).boxed()))
-            .boxed()
-    });
-    Ok(stream::iter(first).chain(rest).flatten_unordered(window).boxed())
+
+    /// Prompts this request may have queued now: its even share of the
+    /// engine's slots among the requests generating, at least one prompt.
+    fn share(&self) -> usize {
+        let requests = self.generating.load(Ordering::SeqCst).max(1);
+        (self.max_num_seqs / (self.n * requests)).max(1)
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.generating.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request's prompts: those queued with the engine and those waiting.
+struct Prompts {
+    running: SelectAll<Merged>,
+    waiting: std::iter::Enumerate<std::vec::IntoIter<Request>>,
+    turn: Turn,
+    state: AppState,
+    arrived: Instant,
+}
+
+/// Queues a request's prompts with the engine a fair share at a time — its
+/// even share of the slots among the requests generating, the next prompt
+/// when one finishes — so that a huge request never stands in front of
+/// later small ones for long, and merges their updates. The first share
+/// is queued before this returns, so that a refusal is the request's
+/// error; a later refusal ends the stream with it. Dropping the stream
+/// aborts what is queued.
+pub async fn start(state: &AppState, requests: Vec<Request>) -> Result<Merged> {
+    let n = requests.first().map_or(1, |r| r.params.n);
+    let mut prompts = Prompts {
+        running: SelectAll::new(),
+        waiting: requests.into_iter().enumerate(),
+        turn: Turn::take(state, n),
+        state: state.clone(),
+        arrived: Instant::now(),
+    };
+    prompts.admit().await?;
+    Ok(stream::unfold(prompts, |mut prompts| async move {
+        loop {
+            if let Err(e) = prompts.admit().await {
+                prompts.waiting.by_ref().for_each(drop);
+                return Some((Err(e), prompts));
+            }
+            match prompts.running.next().await {
+                Some(update) => return Some((update, prompts)),
+                None if prompts.waiting.len() == 0 => return None,
+                None => {} // all queued ones finished: admit more
+            }
+        }
+    })
+    .boxed())
+}
+
+impl Prompts {
+    /// Queues waiting prompts while fewer than the request's share are queued.
+    async fn admit(&mut self) -> grpo_rollout::Result<()> {
+        while self.running.len() < self.turn.share() {
+            let Some((prompt, request)) = self.waiting.next() else {
+                break;
+            };
+            self.running
+                .push(queue(&self.state, prompt, request, self.arrived).await?);
+        }
+        Ok(())
+    }
 }
 
 /// Queues prompt `prompt`'s `request`, its updates tagged with the index.

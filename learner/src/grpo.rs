@@ -31,7 +31,7 @@ use crate::completion_logprobs::LogprobPrograms;
 use crate::config::RunConfig;
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, FleetHealth, HostWeights};
+use crate::fleet::{Fleet, FleetHealth, PolicyWeights};
 use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
 use crate::metrics::{CompletionStats, eval_names, metrics_of, reward_breakdown};
@@ -369,8 +369,8 @@ impl Task for GrpoTask {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let tensors: HostWeights = learner.host_params()?.into();
-        let sync = self.rollouts.update_weights(step as u64 + 1, tensors)?.or(drawn.sync);
+        let weights = policy_weights(learner, self.rollouts.shared_device())?;
+        let sync = self.rollouts.update_weights(step as u64 + 1, weights)?.or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 
         let present: Vec<f64> = rewards.iter().flatten().map(|&r| f64::from(r)).collect();
@@ -526,4 +526,16 @@ impl GrpoTask {
         }
         Ok((metrics, batch.tokens))
     }
+}
+
+/// The learner's new weights for the fleet: copies made on the device when
+/// the fleet's lone in-process engine shares the learner's one device
+/// (`shared`), else host tensors.
+fn policy_weights(learner: &mut Learner<GrpoObjective>, shared: Option<(i32, ElementType)>) -> Result<PolicyWeights> {
+    if let Some((device, dtype)) = shared
+        && let Some(buffers) = learner.engine_weights(device, dtype)?
+    {
+        return Ok(PolicyWeights::Device(buffers));
+    }
+    Ok(PolicyWeights::Host(learner.host_params()?.into()))
 }

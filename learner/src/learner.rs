@@ -3,7 +3,8 @@
 //! `[trainer] parallelism`; see grpo-xla's [`Mesh`]), the compiled train
 //! steps of its [`Objective`] keyed by micro-batch shape, and what leaves
 //! it: host copies of the weights (for the fleet, checkpoints and the final
-//! folder) and checkpoints.
+//! folder), device copies for an in-process engine on its one device
+//! ([`EngineCopy`]), and checkpoints.
 //!
 //! Memory: parameters plus AdamW's two moments, three f32 copies of the
 //! model (split over the devices under FSDP), and one set of compiled
@@ -22,6 +23,7 @@ use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer, TensorType};
 
 use crate::batch::MicroBatchShape;
 use crate::checkpoint::{self, CheckpointParts, OPTIMIZER_FILE};
+use crate::engine_copy::EngineCopy;
 use crate::error::{Error, Result};
 use crate::objective::Objective;
 
@@ -47,6 +49,8 @@ pub struct Learner<O> {
     optimization: Optimization,
     state: TrainState,
     steps: HashMap<(MicroBatchShape, bool), TrainStep>,
+    /// Compiled on the first sync to an engine on the learner's device.
+    engine_copy: Option<EngineCopy>,
 }
 
 impl<O: Objective> Learner<O> {
@@ -89,6 +93,7 @@ impl<O: Objective> Learner<O> {
             optimization,
             state,
             steps: HashMap::new(),
+            engine_copy: None,
         })
     }
 
@@ -141,6 +146,23 @@ impl<O: Objective> Learner<O> {
             self.objective.loss(&self.decoder, &params, batch)
         };
         Ok(TrainStep::compile(&self.client, &spec, &self.mesh, loss)?)
+    }
+
+    /// Copies of the parameters in `dtype`, made on the device, for an
+    /// engine on device `device`; `None` unless the learner's whole state
+    /// is on that one device (then weights go through the host). Refuses
+    /// weights with a non-finite value.
+    pub fn engine_weights(&mut self, device: i32, dtype: ElementType) -> Result<Option<Vec<Buffer>>> {
+        let on_device = self.mesh.devices().len() == 1 && self.mesh.devices()[0].id() == device;
+        if !on_device {
+            return Ok(None);
+        }
+        if self.engine_copy.as_ref().is_none_or(|copy| copy.dtype() != dtype) {
+            self.engine_copy = Some(EngineCopy::compile(&self.client, &self.decoder, dtype)?);
+        }
+        let params: Vec<&Buffer> = self.state.params.iter().map(|p| &p.shards()[0]).collect();
+        let copy = self.engine_copy.as_ref().expect("compiled above");
+        copy.run(&params).map(Some)
     }
 
     /// Train-step programs compiled so far (one per micro-batch shape and accumulation).

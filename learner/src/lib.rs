@@ -61,6 +61,7 @@ pub mod collect;
 pub mod completion_logprobs;
 pub mod config;
 pub mod data;
+mod engine_copy;
 mod error;
 pub mod fleet;
 pub mod grpo;

@@ -21,12 +21,13 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use grpo_reward::RewardPool;
 use grpo_rollout::request::{LogprobsMode, SamplingParams};
+use grpo_xla::ElementType;
 use serde_json::{Map, Value};
 
 use crate::collect::{Collected, PromptEncoder, collect};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
-use crate::fleet::{Fleet, FleetHealth, HostWeights, SyncReport};
+use crate::fleet::{Fleet, FleetHealth, PolicyWeights, SyncReport};
 
 /// How a step's rollouts are sampled.
 #[derive(Debug, Clone, Copy)]
@@ -129,9 +130,9 @@ impl RolloutSide {
         )
     }
 
-    /// Installs `tensors` as policy `version` on the fleet.
-    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
-        let sync = self.fleet.update_weights(version, tensors)?;
+    /// Installs `weights` as policy `version` on the fleet.
+    fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
+        let sync = self.fleet.update_weights(version, weights)?;
         self.version = version;
         Ok(sync)
     }
@@ -140,7 +141,7 @@ impl RolloutSide {
 /// A request to the rollout thread.
 enum Command {
     /// Install new weights before the next batch.
-    Weights(u64, HostWeights),
+    Weights(u64, PolicyWeights),
     /// Evaluate greedily and answer.
     Evaluate(Vec<Example>, usize, Sender<Result<Collected>>),
 }
@@ -155,6 +156,8 @@ pub enum Rollouts {
 
 /// The rollout thread and its channels.
 pub struct Ahead {
+    /// The fleet's [`Fleet::shared_device`], read before it left for the thread.
+    shared_device: Option<(i32, ElementType)>,
     commands: Option<Sender<Command>>,
     batches: Receiver<Result<Drawn>>,
     thread: Option<JoinHandle<()>>,
@@ -167,6 +170,7 @@ impl Rollouts {
         if max_staleness == 0 {
             return Ok(Rollouts::Inline(Box::new(side)));
         }
+        let shared_device = side.fleet.shared_device();
         let (commands, inbox) = crossbeam_channel::unbounded();
         let (outbox, batches) = crossbeam_channel::bounded(max_staleness - 1);
         let thread = std::thread::Builder::new()
@@ -177,10 +181,20 @@ impl Rollouts {
                 message: format!("cannot start the rollout thread: {e}"),
             })?;
         Ok(Rollouts::Ahead(Ahead {
+            shared_device,
             commands: Some(commands),
             batches,
             thread: Some(thread),
         }))
+    }
+
+    /// Where the fleet's lone in-process engine runs, and its dtype
+    /// ([`Fleet::shared_device`]).
+    pub fn shared_device(&self) -> Option<(i32, ElementType)> {
+        match self {
+            Rollouts::Inline(side) => side.fleet.shared_device(),
+            Rollouts::Ahead(ahead) => ahead.shared_device,
+        }
     }
 
     /// The batch of step `step`.
@@ -193,11 +207,11 @@ impl Rollouts {
 
     /// Hands the fleet policy `version`: at once inline (and reports the
     /// sync), else before the thread's next batch (reported with it).
-    pub fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<Option<SyncReport>> {
+    pub fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<Option<SyncReport>> {
         match self {
-            Rollouts::Inline(side) => side.update_weights(version, tensors).map(Some),
+            Rollouts::Inline(side) => side.update_weights(version, weights).map(Some),
             Rollouts::Ahead(ahead) => {
-                ahead.send(Command::Weights(version, tensors))?;
+                ahead.send(Command::Weights(version, weights))?;
                 Ok(None)
             }
         }
@@ -249,7 +263,7 @@ fn run_ahead(mut side: RolloutSide, mut step: usize, inbox: &Receiver<Command>, 
     let mut sync = None;
     let handle = |side: &mut RolloutSide, command: Command, sync: &mut Option<SyncReport>| -> Result<()> {
         match command {
-            Command::Weights(version, tensors) => *sync = Some(side.update_weights(version, tensors)?),
+            Command::Weights(version, weights) => *sync = Some(side.update_weights(version, weights)?),
             Command::Evaluate(examples, max_tokens, reply) => {
                 let _ = reply.send(side.evaluate(&examples, max_tokens));
             }

@@ -372,3 +372,89 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
         "the bf16 update points where the f32 one does: cosine {cosine}"
     );
 }
+
+#[test]
+fn engine_weights_are_the_parameters_copied_on_the_device_in_the_engine_dtype() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let OnPolicyStep {
+        mut learner,
+        logprobs,
+        adv,
+        normalizer,
+        ..
+    } = on_policy_step(&client, &decoder, &weights, 1.0);
+    let host = learner.host_params().unwrap();
+
+    let f32_copies = learner
+        .engine_weights(0, ElementType::F32)
+        .unwrap()
+        .expect("one device");
+    let bf16_copies = learner
+        .engine_weights(0, ElementType::Bf16)
+        .unwrap()
+        .expect("one device");
+    assert_eq!(f32_copies.len(), host.len());
+    for (((name, tensor), exact), halved) in host.iter().zip(&f32_copies).zip(&bf16_copies) {
+        assert_eq!(
+            exact.to_host::<f32>().unwrap(),
+            tensor.data,
+            "{name}: an exact f32 copy"
+        );
+        let rounded: Vec<half::bf16> = tensor.data.iter().map(|&v| half::bf16::from_f32(v)).collect();
+        assert_eq!(halved.dtype(), ElementType::Bf16);
+        assert_eq!(
+            halved.to_host::<half::bf16>().unwrap(),
+            rounded,
+            "{name}: rounded to nearest even"
+        );
+    }
+    // The copies are the engine's own: the next train step, which donates
+    // the learner's parameters and changes them, leaves them as they were.
+    let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
+    let batch = packed.micro_batches[0]
+        .upload(&client, learner.mesh(), normalizer)
+        .unwrap();
+    learner.train(packed.shape(), &[batch], 1e-2).unwrap();
+    assert_ne!(
+        learner.host_params().unwrap()[1].1.data,
+        host[1].1.data,
+        "the step moved the weights"
+    );
+    for ((name, tensor), exact) in host.iter().zip(&f32_copies) {
+        assert_eq!(exact.to_host::<f32>().unwrap(), tensor.data, "{name} after the step");
+    }
+    // Another device than the learner's: through the host instead.
+    assert!(learner.engine_weights(1, ElementType::F32).unwrap().is_none());
+}
+
+#[test]
+fn engine_weights_refuse_a_non_finite_parameter_naming_it() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let device = client.device(0).unwrap();
+    let mut params = upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
+    let spec = &decoder.parameters()[3];
+    let mut values = params[3].to_host::<f32>().unwrap();
+    let middle = values.len() / 2;
+    values[middle] = f32::INFINITY;
+    params[3] = client.buffer_from_host(&values, params[3].dims(), device).unwrap();
+    let optimization = Optimization {
+        optimizer: AdamW::default(),
+        max_grad_norm: None,
+        compute: ElementType::F32,
+    };
+    let objective = GrpoObjective::new(dapo(1.0), 1);
+    let mut learner = Learner::new(
+        &client,
+        &decoder,
+        Mesh::single(device),
+        objective,
+        optimization,
+        params,
+        None,
+    )
+    .unwrap();
+    let error = learner.engine_weights(0, ElementType::Bf16).unwrap_err().to_string();
+    assert!(error.contains(&spec.name) && error.contains("non-finite"), "{error}");
+}

@@ -428,13 +428,59 @@ impl Engine {
         for (index, buffer) in staged {
             self.params[index] = buffer;
         }
+        self.now_serving(version, in_flight);
+        Ok(())
+    }
+
+    /// Installs `buffers` — every parameter in the model's order, already
+    /// on this engine's device in its dtype (copies made on the device, e.g.
+    /// by the learner sharing it) — as policy `version`, with no host round
+    /// trip. The caller vouches that the values are finite; shapes, dtype,
+    /// device and count are checked here.
+    pub fn update_weights_on_device(&mut self, version: u64, buffers: Vec<Buffer>, in_flight: InFlight) -> Result<()> {
+        let refuse = |message: String| Error::InvalidUpdate { version, message };
+        let specs = self.decoder().parameters();
+        if buffers.len() != specs.len() {
+            return Err(refuse(format!(
+                "{} buffers for the model's {} parameters",
+                buffers.len(),
+                specs.len()
+            )));
+        }
+        for (buffer, spec) in buffers.iter().zip(specs) {
+            let dims: Vec<i64> = spec.dims.iter().map(|&d| d as i64).collect();
+            if buffer.dims() != dims.as_slice() || buffer.dtype() != self.config.dtype {
+                return Err(refuse(format!(
+                    "`{}` is {} {:?}, the engine needs {} {:?}",
+                    spec.name,
+                    buffer.dtype(),
+                    buffer.dims(),
+                    self.config.dtype,
+                    dims
+                )));
+            }
+            if buffer.device().id() != self.device.id() {
+                return Err(refuse(format!(
+                    "`{}` is on device {}, the engine on device {}",
+                    spec.name,
+                    buffer.device().id(),
+                    self.device.id()
+                )));
+            }
+        }
+        self.params = buffers;
+        self.now_serving(version, in_flight);
+        Ok(())
+    }
+
+    /// Marks new weights as policy `version`, aborting what runs if asked.
+    fn now_serving(&mut self, version: u64, in_flight: InFlight) {
         self.version = version;
         if in_flight == InFlight::Abort {
             for id in self.requests() {
                 self.abort(id);
             }
         }
-        Ok(())
     }
 
     fn upload_tensor(&self, tensor: &HostTensor) -> Result<Buffer> {

@@ -405,6 +405,60 @@ fn weight_updates_apply_between_steps_and_refused_ones_change_nothing() {
 }
 
 #[test]
+fn weights_installed_on_the_device_generate_as_the_same_weights_from_the_host() {
+    let client = cpu_client();
+    let mut request = requests().remove(0);
+    request.params.max_tokens = 12;
+    let update = new_weights("llama", 7);
+    let mut by_host = engine(&client, "llama", 2);
+    by_host.update_weights(1, &update, InFlight::Keep).unwrap();
+    let want = singles(by_host.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+
+    let mut on_device = engine(&client, "llama", 2);
+    let before = singles(on_device.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    let device = on_device.device().clone();
+    let specs = on_device.decoder().parameters().to_vec();
+    let upload = |values: &[f32], dims: &[usize]| {
+        let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        client.buffer_from_host(values, &dims, &device).unwrap()
+    };
+    let buffers = || -> Vec<grpo_xla::Buffer> {
+        specs
+            .iter()
+            .map(|spec| {
+                let (_, tensor) = update.iter().find(|(name, _)| name == &spec.name).unwrap();
+                upload(&tensor.data, &spec.dims)
+            })
+            .collect()
+    };
+    // Refused: one missing, one misshapen, one in another dtype than the engine's.
+    let mut short = buffers();
+    short.pop();
+    let mut misshapen = buffers();
+    misshapen[1] = upload(&[0.0; 4], &[2, 2]);
+    let mut halved = buffers();
+    let (_, first) = update.iter().find(|(name, _)| name == &specs[0].name).unwrap();
+    let values: Vec<half::bf16> = first.data.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    let dims: Vec<i64> = specs[0].dims.iter().map(|&d| d as i64).collect();
+    halved[0] = client.buffer_from_host(&values, &dims, &device).unwrap();
+    for bad in [short, misshapen, halved] {
+        let error = on_device.update_weights_on_device(1, bad, InFlight::Keep).unwrap_err();
+        assert!(matches!(error, Error::InvalidUpdate { version: 1, .. }), "{error}");
+    }
+    assert_eq!(on_device.version(), 0);
+    let same = singles(on_device.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    assert_eq!(same.tokens, before.tokens, "refused device updates changed nothing");
+
+    on_device
+        .update_weights_on_device(1, buffers(), InFlight::Keep)
+        .unwrap();
+    let got = singles(on_device.generate(std::slice::from_ref(&request)).unwrap()).remove(0);
+    assert_eq!(got.tokens, want.tokens, "the same weights, the same tokens");
+    assert_eq!(got.logprobs, want.logprobs);
+    assert!(got.versions.iter().all(|&v| v == 1));
+}
+
+#[test]
 fn bad_requests_are_refused_naming_the_problem() {
     let client = cpu_client();
     let mut engine = engine(&client, "qwen2", 2);

@@ -1,8 +1,9 @@
 //! Where the loop's rollouts come from, and how new weights reach them:
 //!
-//! - [`LocalFleet`]: the in-process engine on the learner's device. New
-//!   weights are handed over in memory ([`Engine::update_weights`]): the
-//!   documented fast path, with nothing serialized.
+//! - [`LocalFleet`]: the in-process engine. New weights are handed over in
+//!   memory: as copies made on the device when the engine shares the
+//!   learner's ([`PolicyWeights::Device`], no host round trip), else as host
+//!   tensors ([`Engine::update_weights`]), with nothing serialized.
 //! - [`WorkerFleet`]: rollout workers (`grpo worker`) over gRPC — listed in
 //!   the config, or announcing themselves to the learner's registry — and
 //!   optionally the in-process engine beside them. Groups go to the member
@@ -24,7 +25,7 @@ use grpo_model::weights::HostTensor;
 use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
-use grpo_xla::Buffer;
+use grpo_xla::{Buffer, ElementType};
 
 use crate::error::Result;
 
@@ -35,6 +36,26 @@ pub use pool::{FleetConfig, WorkerFleet};
 /// A policy's named tensors (Hugging Face names), shared rather than copied
 /// between the learner, the fleet and its members.
 pub type HostWeights = Arc<[(String, HostTensor)]>;
+
+/// New policy weights as the learner hands them to its fleet.
+pub enum PolicyWeights {
+    /// Named f32 host tensors: for any fleet.
+    Host(HostWeights),
+    /// Every parameter, in the decoder's order, copied on the device of the
+    /// in-process engine in its dtype ([`crate::engine_copy`]): only for a
+    /// fleet whose [`Fleet::shared_device`] is that device and dtype.
+    Device(Vec<Buffer>),
+}
+
+impl PolicyWeights {
+    /// Bytes of the policy as f32 values (what a sync is measured by).
+    fn f32_bytes(&self) -> u64 {
+        match self {
+            PolicyWeights::Host(tensors) => f32_bytes(tensors),
+            PolicyWeights::Device(buffers) => buffers.iter().map(|b| b.element_count() as u64 * 4).sum(),
+        }
+    }
+}
 
 /// What one weight sync moved.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,8 +95,13 @@ pub trait Fleet: Send {
     /// samples by index).
     fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>>;
 
-    /// Installs `tensors` as policy `version` everywhere.
-    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport>;
+    /// Installs `weights` as policy `version` everywhere.
+    fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport>;
+
+    /// The device id and dtype of its one in-process engine when that
+    /// engine is the whole fleet: weights may then come as
+    /// [`PolicyWeights::Device`] copies made on that device.
+    fn shared_device(&self) -> Option<(i32, ElementType)>;
 
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
@@ -109,13 +135,21 @@ impl Fleet for LocalFleet {
         Ok(self.engine.generate(requests)?)
     }
 
-    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
         let started = Instant::now();
-        self.engine.update_weights(version, &tensors, InFlight::Keep)?;
+        let bytes = weights.f32_bytes();
+        match weights {
+            PolicyWeights::Host(tensors) => self.engine.update_weights(version, &tensors, InFlight::Keep)?,
+            PolicyWeights::Device(buffers) => self.engine.update_weights_on_device(version, buffers, InFlight::Keep)?,
+        }
         Ok(SyncReport {
-            bytes: f32_bytes(&tensors),
+            bytes,
             seconds: started.elapsed().as_secs_f64(),
         })
+    }
+
+    fn shared_device(&self) -> Option<(i32, ElementType)> {
+        Some((self.engine.device().id(), self.engine.config().dtype))
     }
 
     fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {

@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::member::{self, Connection, Failure, Member, Payload, State};
-use super::{Fleet, FleetHealth, HostWeights, SyncReport, f32_bytes};
+use super::{Fleet, FleetHealth, HostWeights, PolicyWeights, SyncReport, f32_bytes};
 use crate::error::{Error, Result};
 use crate::learner::host_tensors;
 
@@ -661,7 +661,12 @@ impl Fleet for WorkerFleet {
         Ok(work.results.into_iter().map(|r| r.expect("a finished work")).collect())
     }
 
-    fn update_weights(&mut self, version: u64, tensors: HostWeights) -> Result<SyncReport> {
+    fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
+        let PolicyWeights::Host(tensors) = weights else {
+            return Err(Error::Fleet {
+                message: "weights on a device go only to a lone in-process engine (Fleet::shared_device)".to_string(),
+            });
+        };
         let started = Instant::now();
         self.version = Some(version);
         self.weights = Some(Payload::new(tensors));
@@ -701,6 +706,10 @@ impl Fleet for WorkerFleet {
             self.weights = Some(Payload::new(host_tensors::<HostWeights>(params)?));
         }
         self.drive(Work::sync()).map(|_| ())
+    }
+
+    fn shared_device(&self) -> Option<(i32, grpo_xla::ElementType)> {
+        None // workers need host tensors, and weights go to every member alike
     }
 
     fn health(&self) -> FleetHealth {

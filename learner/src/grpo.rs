@@ -532,10 +532,14 @@ impl GrpoTask {
 /// the fleet's lone in-process engine shares the learner's one device
 /// (`shared`), else host tensors.
 fn policy_weights(learner: &mut Learner<GrpoObjective>, shared: Option<(i32, ElementType)>) -> Result<PolicyWeights> {
+    let started = Instant::now();
     if let Some((device, dtype)) = shared
         && let Some(buffers) = learner.engine_weights(device, dtype)?
     {
-        return Ok(PolicyWeights::Device(buffers));
+        return Ok(PolicyWeights::Device {
+            buffers,
+            copy_seconds: started.elapsed().as_secs_f64(),
+        });
     }
     Ok(PolicyWeights::Host(learner.host_params()?.into()))
 }

@@ -42,9 +42,14 @@ pub enum PolicyWeights {
     /// Named f32 host tensors: for any fleet.
     Host(HostWeights),
     /// Every parameter, in the decoder's order, copied on the device of the
-    /// in-process engine in its dtype ([`crate::engine_copy`]): only for a
-    /// fleet whose [`Fleet::shared_device`] is that device and dtype.
-    Device(Vec<Buffer>),
+    /// in-process engine in its dtype: only for a fleet whose
+    /// [`Fleet::shared_device`] is that device and dtype.
+    Device {
+        /// The copies.
+        buffers: Vec<Buffer>,
+        /// Seconds the copy took (part of the sync's time).
+        copy_seconds: f64,
+    },
 }
 
 impl PolicyWeights {
@@ -52,7 +57,7 @@ impl PolicyWeights {
     fn f32_bytes(&self) -> u64 {
         match self {
             PolicyWeights::Host(tensors) => f32_bytes(tensors),
-            PolicyWeights::Device(buffers) => buffers.iter().map(|b| b.element_count() as u64 * 4).sum(),
+            PolicyWeights::Device { buffers, .. } => buffers.iter().map(|b| b.element_count() as u64 * 4).sum(),
         }
     }
 }
@@ -138,13 +143,19 @@ impl Fleet for LocalFleet {
     fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
         let started = Instant::now();
         let bytes = weights.f32_bytes();
-        match weights {
-            PolicyWeights::Host(tensors) => self.engine.update_weights(version, &tensors, InFlight::Keep)?,
-            PolicyWeights::Device(buffers) => self.engine.update_weights_on_device(version, buffers, InFlight::Keep)?,
-        }
+        let copy_seconds = match weights {
+            PolicyWeights::Host(tensors) => {
+                self.engine.update_weights(version, &tensors, InFlight::Keep)?;
+                0.0
+            }
+            PolicyWeights::Device { buffers, copy_seconds } => {
+                self.engine.update_weights_on_device(version, buffers, InFlight::Keep)?;
+                copy_seconds
+            }
+        };
         Ok(SyncReport {
             bytes,
-            seconds: started.elapsed().as_secs_f64(),
+            seconds: copy_seconds + started.elapsed().as_secs_f64(),
         })
     }
 

@@ -143,13 +143,13 @@ impl Start {
 
 /// Refuses a run whose longest prompt (of `rows`, as `encoder` renders
 /// it) and `completion_tokens` more do not fit `max_model_len`: the step
-/// that drew it would fail.
+/// that drew it would fail. Returns the longest prompt's length in tokens.
 fn check_prompts<'a>(
     encoder: &PromptEncoder,
     rows: impl Iterator<Item = &'a Example>,
     max_model_len: usize,
     completion_tokens: usize,
-) -> Result<()> {
+) -> Result<usize> {
     let mut longest: Option<(usize, String)> = None;
     for row in rows {
         let prompt = encoder.encode(&row.prompt)?;
@@ -169,8 +169,18 @@ fn check_prompts<'a>(
                 ),
             })
         }
-        _ => Ok(()),
+        longest => Ok(longest.map_or(0, |(tokens, _)| tokens)),
     }
+}
+
+/// The in-process engines' context: what the run's longest prompt and
+/// completion need, rounded up to a power of two (the engine's own bucket
+/// size, so its programs are those of a longer context), at most
+/// `max_model_len`. Their KV cache is sized by it.
+fn engine_context(longest_prompt: usize, completion_tokens: usize, max_model_len: usize) -> usize {
+    (longest_prompt + completion_tokens)
+        .next_power_of_two()
+        .clamp(2, max_model_len.max(2))
 }
 
 /// Warns when the run is shorter than its learning-rate warm-up.
@@ -234,7 +244,7 @@ impl Run<GrpoTask> {
         let (train, eval) = config.data.load()?;
         let max_model_len = config.rollout.max_model_len.min(start.model.config.max_positions);
         let encoder = PromptEncoder::new(start.tokenizer.clone())?;
-        check_prompts(
+        let longest_prompt = check_prompts(
             &encoder,
             train.iter().chain(&eval),
             max_model_len,
@@ -252,7 +262,7 @@ impl Run<GrpoTask> {
             tokenizer: start.tokenizer.clone(),
             config: EngineConfig {
                 max_num_seqs: (grpo.group_size * grpo.prompts_per_step).div_ceil(plan.engines),
-                max_model_len,
+                max_model_len: engine_context(longest_prompt, grpo.max_completion_tokens, max_model_len),
                 dtype: config.rollout.dtype.element_type(),
             },
         };
@@ -440,5 +450,20 @@ impl<T: Task> RunContext for Run<T> {
 
     fn save_model(&self, dir: &Path) -> Result<()> {
         save_model(dir, &self.model.0, &self.model.1, self.trainer.host_params()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::engine_context;
+
+    #[test]
+    fn the_engine_context_is_the_need_rounded_up_to_a_power_of_two_within_the_limit() {
+        assert_eq!(engine_context(45, 16, 128), 64);
+        assert_eq!(engine_context(48, 16, 128), 64);
+        assert_eq!(engine_context(49, 16, 128), 128);
+        assert_eq!(engine_context(100, 50, 128), 128, "never above max_model_len");
+        assert_eq!(engine_context(100, 50, 150), 150);
+        assert_eq!(engine_context(0, 1, 128), 2, "an engine needs 2 positions");
     }
 }

@@ -27,7 +27,7 @@ use crate::PROTOCOL_VERSION;
 use crate::auth::{AttachToken, AuthToken, CheckToken};
 use crate::client::parse_endpoint;
 use crate::error::WorkerError;
-use crate::tls::{ClientTls, ServerTls, is_dialable};
+use crate::tls::{ClientTls, ServerTls, is_dialable, server_builder};
 
 /// A worker that announced itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,11 +85,7 @@ impl RegistryServer {
     /// Serves registrations until the server fails (or its task is dropped).
     pub async fn serve(self) -> Result<(), WorkerError> {
         let service = WorkerRegistryServer::new(self.service);
-        let mut builder = match &self.tls {
-            Some(tls) => tls.builder()?,
-            None => tonic::transport::Server::builder(),
-        };
-        builder
+        server_builder(self.tls.as_ref())?
             .add_service(InterceptedService::new(service, CheckToken::new(&self.token)))
             .serve_with_incoming(TcpListenerStream::new(self.listener))
             .await

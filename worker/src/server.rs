@@ -27,7 +27,7 @@ use crate::PROTOCOL_VERSION;
 use crate::auth::{AuthToken, CheckToken};
 use crate::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
 use crate::error::{WorkerError, status};
-use crate::tls::ServerTls;
+use crate::tls::{ServerTls, server_builder};
 use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate};
 use grpo_rollout::engine::Engine;
 use grpo_rollout::handle::{EngineHandle, SampleStream};
@@ -123,11 +123,7 @@ impl WorkerServer {
                 reporter.set_service_status(name, ServingStatus::NotServing).await;
             }
         };
-        let builder = match &self.tls {
-            Some(tls) => tls.builder()?,
-            None => tonic::transport::Server::builder(),
-        };
-        builder
+        server_builder(self.tls.as_ref())?
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
             .add_service(health)

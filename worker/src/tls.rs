@@ -46,12 +46,15 @@ impl ServerTls {
             })?;
         Ok(ServerTls { config })
     }
+}
 
-    /// A server builder serving TLS with this identity.
-    pub(crate) fn builder(&self) -> Result<Server, WorkerError> {
-        Server::builder()
-            .tls_config(self.config.clone())
-            .map_err(WorkerError::Serve)
+/// A server builder: serving TLS with `tls` when given, else plain HTTP/2.
+pub(crate) fn server_builder(tls: Option<&ServerTls>) -> Result<Server, WorkerError> {
+    match tls {
+        Some(tls) => Server::builder()
+            .tls_config(tls.config.clone())
+            .map_err(WorkerError::Serve),
+        None => Ok(Server::builder()),
     }
 }
 

@@ -227,6 +227,12 @@ fn the_arithmetic_examples_first_two_steps_reproduce_their_recording() {
             "checkpoint.every=1",
             "--set",
             "checkpoint.keep_last=0",
+            // Recorded with bf16 compute and a bf16 engine (the choice of
+            // `auto` on the machine that recorded it), pinned here.
+            "--set",
+            "trainer.compute_dtype=bf16",
+            "--set",
+            "rollout.dtype=bf16",
         ],
         || out.join("checkpoint-2").is_dir() && logged(2),
     );

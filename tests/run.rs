@@ -457,3 +457,56 @@ fn a_failed_start_does_not_block_the_next_one() {
     let steps: Vec<u64> = lines(&metrics).iter().map(|l| l["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, [1, 2], "each step once");
 }
+
+/// `auto` dtypes are decided by probes when a run starts, written to its
+/// folder (`choices.json`), every step's metrics and every checkpoint, and
+/// kept on `--resume`, even when the probes would now choose otherwise.
+#[test]
+fn auto_dtypes_are_recorded_and_kept_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(
+        dir.path(),
+        "max_steps = 4\neval_every = 0\n\n[checkpoint]\nevery = 2\nkeep_last = 0",
+    );
+    let config = config.to_str().unwrap();
+    let auto = ["--set", "trainer.compute_dtype=auto", "--set", "rollout.dtype=auto"];
+    run_ok(&[&["run", config, "--set", "trainer.max_steps=2"][..], &auto].concat());
+    let out = dir.path().join("out");
+    let read = |path: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap() };
+    let record = read(&out.join("choices.json"));
+    let probes = record["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2, "{record}");
+    assert!(
+        probes
+            .iter()
+            .all(|p| p["f32_ms"].as_f64() > Some(0.0) && p["bf16_ms"].as_f64() > Some(0.0))
+    );
+    let picked = (record["compute_dtype"].clone(), record["engine_dtype"].clone());
+    let dtypes = |line: &Value| (line["compute_dtype"].clone(), line["engine_dtype"].clone());
+    let logged = |from: u64| -> Vec<(Value, Value)> {
+        lines(&out.join("metrics.jsonl"))
+            .iter()
+            .filter(|l| l["step"].as_u64() >= Some(from))
+            .map(dtypes)
+            .collect()
+    };
+    assert_eq!(logged(1), vec![picked.clone(); 2], "every step logs the run's dtypes");
+    let state_file = out.join("checkpoint-2/trainer_state.json");
+    let mut state = read(&state_file);
+    assert_eq!(dtypes(&state["choices"]), picked);
+
+    // Record the other dtypes in the checkpoint: the resumed run must take them, not probe again.
+    let flip = |d: &Value| Value::from(if d == "f32" { "bf16" } else { "f32" });
+    let flipped = (flip(&picked.0), flip(&picked.1));
+    state["choices"] = serde_json::json!({"compute_dtype": flipped.0, "engine_dtype": flipped.1});
+    std::fs::write(&state_file, state.to_string()).unwrap();
+    run_ok(&[&["run", config, "--resume"][..], &auto].concat());
+    assert_eq!(logged(3), vec![flipped.clone(); 2]);
+    assert_eq!(
+        dtypes(&read(&out.join("checkpoint-4/trainer_state.json"))["choices"]),
+        flipped
+    );
+    let record = read(&out.join("choices.json"));
+    assert_eq!(dtypes(&record), flipped);
+    assert_eq!(record["probes"], serde_json::json!([]), "nothing measured on resume");
+}

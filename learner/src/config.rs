@@ -26,7 +26,7 @@ pub use file::{ConfigFile, with_overrides};
 pub use optimizer::OptimizerSection;
 pub use rollout::RolloutSection;
 pub use trainer::{CheckpointSection, LoggingSection, TrainerSection};
-pub use values::{Dtype, ImportanceMode, ParallelismKind, Seconds};
+pub use values::{Dtype, DtypeSetting, ImportanceMode, ParallelismKind, Seconds};
 
 /// The whole run.
 #[derive(Debug, Clone, Deserialize)]

@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{PromptSharing, TrainSample, attention_width, pack_sharing};
 use crate::checkpoint::LoadedCheckpoint;
+use crate::choices::Choices;
 use crate::collect::PromptEncoder;
 use crate::completion_logprobs::LogprobPrograms;
 use crate::config::RunConfig;
@@ -79,8 +80,9 @@ pub struct GrpoConfig {
     /// How many versions behind the learner a batch's policy may be: 0 is
     /// synchronous on-policy, k ≥ 1 generates ahead while training.
     pub max_staleness: usize,
-    /// The train step's compute dtype (f32, or bf16 on f32 master weights).
-    pub compute: ElementType,
+    /// The run's dtypes: the train step's compute dtype (f32, or bf16 on
+    /// f32 master weights) and the in-process engines'.
+    pub choices: Choices,
 }
 
 /// What one step did, under TRL's metric names where it has them (the
@@ -136,6 +138,10 @@ pub struct StepReport {
     pub staleness: u64,
     /// Samples left out for being more than max_staleness versions old.
     pub stale_samples: usize,
+    /// The run's dtypes (`compute_dtype`, `engine_dtype`: null without an
+    /// in-process engine), decided once ([`crate::choices`]).
+    #[serde(flatten)]
+    pub choices: Choices,
     /// How the rollout fleet stood after sampling the batch (written as
     /// `fleet_members`, `fleet_ready`, `fleet_requeued_groups`).
     #[serde(flatten)]
@@ -168,8 +174,9 @@ pub struct EvalReport {
 }
 
 impl GrpoConfig {
-    /// The settings of `config` (validated as it was read).
-    pub fn of(config: &RunConfig) -> GrpoConfig {
+    /// The settings of `config` (validated as it was read), with its
+    /// `auto` settings decided as `choices`.
+    pub fn of(config: &RunConfig, choices: Choices) -> GrpoConfig {
         let (r, a, o, t) = (&config.rollout, &config.algorithm, &config.optimizer, &config.trainer);
         GrpoConfig {
             group_size: r.group_size,
@@ -187,7 +194,7 @@ impl GrpoConfig {
             dynamic_sampling: a.dynamic_sampling,
             iterations: a.num_iterations,
             max_staleness: r.max_staleness,
-            compute: t.compute_dtype.element_type(),
+            choices,
         }
     }
 
@@ -196,7 +203,7 @@ impl GrpoConfig {
         Optimization {
             optimizer: self.optimizer,
             max_grad_norm: self.max_grad_norm,
-            compute: self.compute,
+            compute: self.choices.compute_dtype.element_type(),
         }
     }
 }
@@ -282,10 +289,11 @@ impl Trainer<GrpoTask> {
                 field: "runtime",
                 message: format!("cannot start the reward runtime: {e}"),
             })?;
-        let start = match checkpoint {
+        let mut start = match checkpoint {
             Some(checkpoint) => LoopState::of_checkpoint(checkpoint, data_seed)?,
             None => LoopState::start(data_seed),
         };
+        start.choices = Some(config.choices);
         let step = start.step as usize;
         // The fleet starts on the learner's weights, as version `step`.
         fleet.start_at(start.step, &named_params(&decoder, &params))?;
@@ -399,6 +407,7 @@ impl Task for GrpoTask {
             weight_sync_gb_per_s: sync.map_or(0.0, |s| s.gb_per_second()),
             staleness,
             stale_samples: if stale { collected.completions().count() } else { 0 },
+            choices: c.choices,
             fleet: drawn.fleet,
             per_reward: reward_breakdown(&self.reward_names, &collected.totals),
         };

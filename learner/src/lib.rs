@@ -57,6 +57,7 @@
 pub mod advantage;
 pub mod batch;
 pub mod checkpoint;
+pub mod choices;
 pub mod collect;
 pub mod completion_logprobs;
 pub mod config;
@@ -71,6 +72,7 @@ pub mod loss;
 pub mod metrics;
 pub mod objective;
 pub mod plot;
+pub mod probe;
 pub mod record;
 pub mod rollouts;
 pub mod run;

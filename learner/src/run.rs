@@ -28,6 +28,7 @@ use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
 
 use crate::checkpoint::{self, LoadedCheckpoint, save_model};
+use crate::choices::{self, ChoiceRecord, ChoiceRequest};
 use crate::collect::PromptEncoder;
 use crate::config::sft::SftRunConfig;
 use crate::config::{CheckpointSection, RunConfig};
@@ -36,6 +37,7 @@ use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
 use crate::grpo::{GrpoConfig, GrpoParts, GrpoTask};
 use crate::hooks::{Checkpoints, Evaluation, FinalModel, Hook, MetricsLog, Plot, RolloutFile, RunContext};
+use crate::probe::{Phase, ProbeShape};
 use crate::schedule::Schedule;
 use crate::sft::{SftConfig, SftParts, SftTask, encode_examples};
 use crate::trainer::{StepRecord, Task, Trainer};
@@ -236,20 +238,36 @@ impl Run<GrpoTask> {
     /// in-process engines and workers of `[rollout]`; continuing the run in
     /// its output folder with `resume`.
     pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
-        let grpo = GrpoConfig::of(config);
-        warn_if_cut_short(&grpo.schedule);
         let plan = FleetPlan::of(&config.rollout);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model.name, &out, resume)?;
         let (train, eval) = config.data.load()?;
-        let max_model_len = config.rollout.max_model_len.min(start.model.config.max_positions);
+        let (r, t) = (&config.rollout, &config.trainer);
+        let max_model_len = r.max_model_len.min(start.model.config.max_positions);
         let encoder = PromptEncoder::new(start.tokenizer.clone())?;
         let longest_prompt = check_prompts(
             &encoder,
             train.iter().chain(&eval),
             max_model_len,
-            grpo.max_completion_tokens,
+            r.max_completion_tokens,
         )?;
+        let slots = (r.group_size * r.prompts_per_step).div_ceil(plan.engines);
+        let model = &start.model.config;
+        let request = ChoiceRequest {
+            compute_dtype: t.compute_dtype,
+            engine_dtype: plan.in_process.then_some(r.dtype),
+            train: ProbeShape::new(
+                Phase::Train,
+                t.micro_batch_size * (longest_prompt + r.max_completion_tokens),
+                model.hidden_size,
+                model.intermediate_size,
+            ),
+            engine: ProbeShape::new(Phase::Engine, slots, model.hidden_size, model.intermediate_size),
+        };
+        let recorded = choices::recorded(&out, start.checkpoint(), resume)?;
+        let choices = ChoiceRecord::decide(client, &request, recorded, &grpo_xla::pjrt::cache_dir())?;
+        let grpo = GrpoConfig::of(config, choices.choices);
+        warn_if_cut_short(&grpo.schedule);
         let decoder = Decoder::new(start.model.config.clone());
         // The policy starts from the checkpoint when resuming; the KL's reference is always the model.
         let reference = (grpo.loss.beta > 0.0)
@@ -261,9 +279,9 @@ impl Run<GrpoTask> {
             weights: start.weights(),
             tokenizer: start.tokenizer.clone(),
             config: EngineConfig {
-                max_num_seqs: (grpo.group_size * grpo.prompts_per_step).div_ceil(plan.engines),
+                max_num_seqs: slots,
                 max_model_len: engine_context(longest_prompt, grpo.max_completion_tokens, max_model_len),
-                dtype: config.rollout.dtype.element_type(),
+                dtype: choices.choices.engine_dtype.unwrap_or_default().element_type(),
             },
         };
         let token_file = config.rollout.worker_token_file.as_deref();
@@ -287,14 +305,15 @@ impl Run<GrpoTask> {
             reference,
         };
         let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
-        let t = &config.trainer;
-        Run::assemble(
+        let run = Run::assemble(
             trainer,
             start,
             (out, t.max_steps, t.eval_every),
             &config.checkpoint,
             true,
-        )
+        )?;
+        choices.write(&run.out)?;
+        Ok(run)
     }
 }
 

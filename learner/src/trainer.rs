@@ -12,6 +12,7 @@ use grpo_model::weights::HostTensor;
 use serde_json::{Map, Value};
 
 use crate::checkpoint::{LoadedCheckpoint, STATE_FILE};
+use crate::choices::Choices;
 use crate::data::SamplerState;
 use crate::error::{Error, Result};
 use crate::learner::Learner;
@@ -75,6 +76,10 @@ pub struct LoopState {
     /// written before grpo kept it count from their step on).
     #[serde(default)]
     pub num_tokens: u64,
+    /// The run's machine-dependent choices, which a resumed run keeps
+    /// (none for SFT, and in checkpoints written before grpo kept them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choices: Option<Choices>,
 }
 
 impl LoopState {
@@ -85,6 +90,7 @@ impl LoopState {
             sampler: SamplerState { epoch: 0, position: 0 },
             data_seed,
             num_tokens: 0,
+            choices: None,
         }
     }
 
@@ -115,6 +121,7 @@ pub struct Trainer<T: Task> {
     step: usize,
     data_seed: u64,
     num_tokens: u64,
+    choices: Option<Choices>,
 }
 
 impl<T: Task> Trainer<T> {
@@ -128,6 +135,7 @@ impl<T: Task> Trainer<T> {
             step: state.step as usize,
             data_seed: state.data_seed,
             num_tokens: state.num_tokens,
+            choices: state.choices,
         }
     }
 
@@ -158,6 +166,7 @@ impl<T: Task> Trainer<T> {
             sampler: self.task.sampler(),
             data_seed: self.data_seed,
             num_tokens: self.num_tokens,
+            choices: self.choices,
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grpo_learner::advantage::ScaleRewards;
+use grpo_learner::choices::Choices;
 use grpo_learner::data::{Example, Prompt};
 use grpo_learner::fleet::LocalFleet;
 use grpo_learner::grpo::{GrpoConfig, GrpoParts, GrpoTask, StepReport};
@@ -129,7 +130,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
         dynamic_sampling: variant.dynamic_sampling,
         iterations: variant.iterations.max(1),
         max_staleness: variant.max_staleness,
-        compute: ElementType::F32,
+        choices: Choices::F32,
     };
     let params = upload();
     let reference = (variant.beta > 0.0).then(upload);

@@ -59,6 +59,7 @@ pub fn tiny_model(dir: &std::path::Path) -> PathBuf {
 
 /// A run config for a tiny random model in `dir`, with `extra` appended
 /// (later keys of a section are refused by TOML, so `extra` adds tables).
+/// Its dtypes are pinned to f32, so its numbers do not depend on a probe.
 pub fn tiny_run(dir: &Path, trainer: &str) -> PathBuf {
     let model = tiny_model(dir);
     let rows: String = (0..12)
@@ -67,7 +68,7 @@ pub fn tiny_run(dir: &Path, trainer: &str) -> PathBuf {
     std::fs::write(dir.join("data.jsonl"), rows).unwrap();
     let config = dir.join("config.toml");
     let text = format!(
-        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmicro_batch_size = 4\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"regex\"\npattern = \"^ [a-m]\"\n"
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 2\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\ndtype = \"f32\"\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmicro_batch_size = 4\ncompute_dtype = \"f32\"\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"regex\"\npattern = \"^ [a-m]\"\n"
     );
     std::fs::write(&config, text).unwrap();
     config

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::values::require;
-use super::{Dtype, MAX_BATCH, MAX_COUNT, MAX_GROUP_SIZE, MAX_MODEL_LEN, Seconds};
+use super::{Dtype, DtypeSetting, MAX_BATCH, MAX_COUNT, MAX_GROUP_SIZE, MAX_MODEL_LEN, Seconds};
 use crate::error::{Error, Result};
 
 /// `[rollout]`.
@@ -27,10 +27,10 @@ pub struct RolloutSection {
     /// Longest prompt + completion, 2 to [`MAX_MODEL_LEN`] (and at most
     /// the model's positions). Default 256.
     pub max_model_len: usize,
-    /// The in-process engine's weight and KV-cache dtype: "f32" (default)
-    /// or "bf16" (about twice the decode speed; the loss's importance
-    /// correction covers the rollout/learner mismatch).
-    pub dtype: Dtype,
+    /// The in-process engine's weight and KV-cache dtype: "auto" (default:
+    /// the faster on this machine, measured), "f32" or "bf16" (the loss's
+    /// importance correction covers the rollout/learner mismatch).
+    pub dtype: DtypeSetting,
     /// The seed of the rollouts' sampling. Default 0.
     pub seed: u32,
     /// Rollout workers (`grpo worker`) to generate on, as `host:port` or
@@ -86,7 +86,7 @@ impl Default for RolloutSection {
             max_completion_tokens: 32,
             temperature: 1.0,
             max_model_len: 256,
-            dtype: Dtype::F32,
+            dtype: DtypeSetting::Auto,
             seed: 0,
             workers: Vec::new(),
             listen: None,

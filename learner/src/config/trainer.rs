@@ -7,7 +7,7 @@ use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
 use super::values::require;
-use super::{Dtype, MAX_BATCH, ParallelismKind};
+use super::{DtypeSetting, MAX_BATCH, ParallelismKind};
 use crate::error::Result;
 
 /// `[trainer]`.
@@ -23,9 +23,10 @@ pub struct TrainerSection {
     /// train step when that costs fewer FLOPs (see [`crate::batch`]).
     /// Default true.
     pub share_prompts: bool,
-    /// The train step's forward/backward dtype: "f32" (default) or "bf16"
-    /// (mixed precision: f32 master weights and AdamW state).
-    pub compute_dtype: Dtype,
+    /// The train step's forward/backward dtype: "auto" (default: the
+    /// faster on this machine, measured), "f32" or "bf16" (mixed
+    /// precision: f32 master weights and AdamW state).
+    pub compute_dtype: DtypeSetting,
     /// Greedy eval on the held-out rows before the first step, every this
     /// many steps and after the last (0: never). Default 10.
     #[serde(alias = "eval_steps")]
@@ -43,7 +44,7 @@ impl Default for TrainerSection {
             max_steps: 100,
             micro_batch_size: 16,
             share_prompts: true,
-            compute_dtype: Dtype::F32,
+            compute_dtype: DtypeSetting::Auto,
             eval_every: 10,
             parallelism: ParallelismKind::None,
             devices: 0,

@@ -10,12 +10,12 @@ use grpo_reward::config::{MAX_SECONDS, duration};
 use grpo_worker::WireDtype;
 use grpo_xla::ElementType;
 use grpo_xla::trace::Parallelism;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
-/// A dtype setting: `"f32"` or `"bf16"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+/// A dtype: `"f32"` or `"bf16"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     /// 32-bit floats.
@@ -26,6 +26,14 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// Its name in configs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+
     /// The device element type.
     pub fn element_type(self) -> ElementType {
         match self {
@@ -39,6 +47,32 @@ impl Dtype {
         match self {
             Dtype::F32 => WireDtype::F32,
             Dtype::Bf16 => WireDtype::Bf16,
+        }
+    }
+}
+
+/// A dtype setting that may be left to measurement: `"auto"` (the
+/// default: whichever of f32 and bf16 a probe at the model's shapes finds
+/// faster on this machine, see [`crate::choices`]), `"f32"` or `"bf16"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DtypeSetting {
+    /// Measured.
+    #[default]
+    Auto,
+    /// 32-bit floats.
+    F32,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DtypeSetting {
+    /// The dtype it names; `None` for `auto`.
+    pub fn fixed(self) -> Option<Dtype> {
+        match self {
+            DtypeSetting::Auto => None,
+            DtypeSetting::F32 => Some(Dtype::F32),
+            DtypeSetting::Bf16 => Some(Dtype::Bf16),
         }
     }
 }

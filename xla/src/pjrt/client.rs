@@ -175,7 +175,7 @@ impl Client {
         inner.platform_name = platform_name(api, raw)?;
         inner.platform_version = platform_version(api, raw)?;
         inner.devices = Device::addressable(api, raw)?;
-        let cache = CompileCache::new(options.compile_cache_dir, cache_salt(&inner));
+        let cache = CompileCache::new(options.compile_cache_dir, fingerprint(&inner).into_bytes());
         Ok(Client {
             inner: Arc::new(inner),
             cache: Arc::new(cache),
@@ -195,6 +195,14 @@ impl Client {
     /// The platform's version as the plugin reports it.
     pub fn platform_version(&self) -> &str {
         &self.inner.platform_version
+    }
+
+    /// What identifies this client's code generation: the plugin file, its
+    /// versions, the devices and `XLA_FLAGS`. Equal fingerprints compile
+    /// equal programs alike (the compile cache keys on it; measurements
+    /// cached per plugin do too).
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.inner)
     }
 
     /// The devices this process can use, in the plugin's order.
@@ -312,7 +320,7 @@ fn platform_version(api: Api, client: NonNull<ffi::Client>) -> Result<String> {
 /// What, besides program and options, decides whether a compiled program
 /// can be reused: the plugin file, its versions, the devices, and
 /// `XLA_FLAGS` (which the plugin reads and which changes code generation).
-fn cache_salt(client: &ClientInner) -> Vec<u8> {
+fn fingerprint(client: &ClientInner) -> String {
     let path = client.plugin.path();
     let file = std::fs::metadata(path).ok();
     let modified = file
@@ -333,5 +341,4 @@ fn cache_salt(client: &ClientInner) -> Vec<u8> {
         client.devices.len(),
         kinds
     )
-    .into_bytes()
 }

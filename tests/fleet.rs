@@ -36,10 +36,19 @@ impl Worker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
             .args(["worker", "--model", model.to_str().unwrap()])
             .args(["--max-num-seqs", "4", "--max-model-len", "32"])
+            .args(if args.contains(&"--dtype") {
+                &[][..]
+            } else {
+                &["--dtype", "f32"][..]
+            })
             .args(args)
             .env("GRPO_WORKER_TOKEN", token)
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(if args.contains(&"--dtype") {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -418,6 +427,24 @@ fn a_restarted_worker_gets_the_current_weights_before_it_gets_work() {
         versions(&after)
     );
     assert_eq!(after, before);
+}
+
+#[test]
+fn a_worker_with_dtype_auto_probes_its_engine_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let mut worker = Worker::start_with(&model, "s3cret", &["--port", "0", "--dtype", "auto"]);
+    let mut fleet = fleet_at_version_3(&model, std::slice::from_ref(&worker.addr), Duration::from_secs(10));
+    let groups = fleet.generate(&requests(1)).unwrap();
+    assert!(versions(&groups).iter().all(|&v| v == 3) && !versions(&groups).is_empty());
+    worker.kill();
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut worker.child.stderr.take().unwrap(), &mut log).unwrap();
+    let said = log
+        .lines()
+        .find(|l| l.contains("--dtype auto: Engine probe (16×"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(said.ends_with("→ f32") || said.ends_with("→ bf16"), "{said}");
 }
 
 #[test]

@@ -25,13 +25,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use grpo_learner::config::DtypeSetting;
+use grpo_learner::probe::{Phase, Probe, ProbeShape};
+use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_serving::shutdown_signal;
 use grpo_worker::{AuthToken, ClientTls, DEFAULT_PORT, ServerTls, WorkerServer, announce};
-use grpo_xla::ElementType;
+use grpo_xla::{Client, ElementType};
 
 use crate::cli::platform::PlatformArgs;
 
@@ -59,9 +62,11 @@ pub struct WorkerArgs {
     /// Longest prompt + completion, in tokens (capped at the model's context).
     #[arg(long, default_value_t = 1024)]
     max_model_len: usize,
-    /// Parameter and KV-cache dtype: f32 or bf16.
-    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
-    dtype: ElementType,
+    /// Parameter and KV-cache dtype: f32, bf16, or auto (the faster on this
+    /// machine: a probe at the model's shapes and --max-num-seqs, cached in
+    /// grpo's cache folder).
+    #[arg(long, default_value = "auto", value_parser = parse_dtype)]
+    dtype: DtypeSetting,
     /// The learner's registry (`host:port` of `[rollout] listen`) to
     /// register with.
     #[arg(long)]
@@ -82,11 +87,33 @@ pub struct WorkerArgs {
     tls_ca: Option<PathBuf>,
 }
 
-fn parse_dtype(name: &str) -> Result<ElementType, String> {
-    match ElementType::from_mlir_name(name) {
-        Some(dtype @ (ElementType::F32 | ElementType::Bf16)) => Ok(dtype),
-        _ => Err(format!("must be f32 or bf16, not `{name}`")),
+fn parse_dtype(name: &str) -> Result<DtypeSetting, String> {
+    match name {
+        "auto" => Ok(DtypeSetting::Auto),
+        "f32" => Ok(DtypeSetting::F32),
+        "bf16" => Ok(DtypeSetting::Bf16),
+        _ => Err(format!("must be auto, f32 or bf16, not `{name}`")),
     }
+}
+
+/// The engine's dtype: `setting`'s, or for `auto` the engine probe's pick at
+/// the model's sizes and `slots` rows.
+fn engine_dtype(
+    client: &Client,
+    setting: DtypeSetting,
+    config: &ModelConfig,
+    slots: usize,
+) -> anyhow::Result<ElementType> {
+    let dtype = match setting.fixed() {
+        Some(dtype) => dtype,
+        None => {
+            let shape = ProbeShape::new(Phase::Engine, slots, config.hidden_size, config.intermediate_size);
+            let probe = Probe::run(client, Phase::Engine, shape, &grpo_xla::pjrt::cache_dir())?;
+            tracing::info!("--dtype auto: {}", probe.describe());
+            probe.choice()
+        }
+    };
+    Ok(dtype.element_type())
 }
 
 /// How long a worker told to stop (SIGTERM, ctrl-c) finishes its samples
@@ -107,11 +134,12 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let decoder = Decoder::new(model.config.clone());
-    let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), args.dtype)?;
+    let dtype = engine_dtype(&client, args.dtype, &model.config, args.max_num_seqs)?;
+    let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), dtype)?;
     let config = EngineConfig {
         max_num_seqs: args.max_num_seqs,
         max_model_len: args.max_model_len.min(model.config.max_positions),
-        dtype: args.dtype,
+        dtype,
     };
     let mut engine = Engine::new(&client, decoder, params, config)?;
     if let Some(tokenizer) = model.tokenizer {

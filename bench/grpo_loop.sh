@@ -120,14 +120,14 @@ grpo_round() {
     "$PY" - "$out/metrics.jsonl" "$round" "$system" <<'PYTHON'
 import json, sys
 path, round_, system = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-SPLIT = ("time_generation", "time_reward", "time_train", "time_weight_sync")
+KEPT = ("time_generation", "time_reward", "time_train", "time_weight_sync", "peak_rss_bytes")
 with open(path, encoding="utf-8") as f:
     for line in f:
         m = json.loads(line)
         base = {"bench": "grpo_loop", "system": system, "round": round_}
         if "step_time" in m:
             print(json.dumps({**base, "step": m["step"], "step_time": m["step_time"], "reward": m["reward"],
-                              **{k: m[k] for k in SPLIT if k in m}}))
+                              **{k: m[k] for k in KEPT if k in m}}))
         if "eval_accuracy" in m:
             print(json.dumps({**base, "eval_step": m["step"], "eval_accuracy": m["eval_accuracy"],
                               "eval_time": m.get("eval_runtime")}))

@@ -19,9 +19,11 @@ the last "answer is ..." of the completion, else the completion's last number
 else 0.0.
 
 Prints on stdout one JSON line per step,
-  {"bench": "grpo_loop", "system": "trl", "round": n, "step": k, "step_time": s, "reward": r}
+  {"bench": "grpo_loop", "system": "trl", "round": n, "step": k, "step_time": s, "reward": r,
+   "peak_rss_bytes": b}
 (step_time from a TrainerCallback's on_step_begin to on_step_end: generation,
-reward, forward/backward of every micro-batch and the optimizer step), a first
+reward, forward/backward of every micro-batch and the optimizer step; peak_rss_bytes
+the process's peak resident memory so far, as grpo's metric of that name), a first
 {"bench": "grpo_loop", "system": "trl", "round": n, "info": {...}} line with the versions
 and the batch layout, and with --eval a greedy accuracy on the held-out rows
 before and after training ({"eval_step": 0|S, "eval_accuracy", "eval_time"}).
@@ -33,6 +35,7 @@ import json
 import math
 import os
 import re
+import resource
 import sys
 import time
 from fractions import Fraction
@@ -118,9 +121,17 @@ def batch_layout(prompts, samples, micro=16):
     return rows, total // rows
 
 
-def step_line(step, seconds, reward, round_=1):
-    return json.dumps({"bench": "grpo_loop", "system": "trl", "round": round_, "step": step, "step_time": seconds,
-                       "reward": reward})
+def peak_rss_bytes():
+    """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def step_line(step, seconds, reward, round_=1, peak=None):
+    line = {"bench": "grpo_loop", "system": "trl", "round": round_, "step": step, "step_time": seconds,
+            "reward": reward}
+    if peak is not None:
+        line["peak_rss_bytes"] = peak
+    return json.dumps(line)
 
 
 def load_rows(path):
@@ -230,7 +241,7 @@ def main(argv=None):
         def on_log(self, args_, state, control, logs=None, **kwargs):
             if logs and "reward" in logs and state.global_step in self.seconds:
                 emit(step_line(state.global_step, self.seconds.pop(state.global_step), float(logs["reward"]),
-                               args.round))
+                               args.round, peak_rss_bytes()))
 
     with tempfile.TemporaryDirectory(prefix="grpo-loop-trl-") as work:
         config = GRPOConfig(

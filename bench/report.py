@@ -575,6 +575,7 @@ def build_grpo_loop_summary(records):
             "mean_reward": statistics.mean(x for v in rewards.values() for x in v) if rewards else None,
             "eval_start": statistics.mean(evals[min(evals)]) if evals else None,
             "eval_end": statistics.mean(evals[max(evals)]) if len(evals) > 1 else None,
+            "peak_rss_gb": _max_of(_number(r.get("peak_rss_bytes")) for r in mine),
         }
         if system in GRPO_SYSTEMS:
             entry["split"] = {k: _median_of(_number(r.get(k)) for r in timed) for k in LOOP_SPLIT}
@@ -584,6 +585,12 @@ def build_grpo_loop_summary(records):
     trl = systems.get("trl")
     ratios = {g: _ratio(trl["median_s"], systems[g]["median_s"]) for g in GRPO_SYSTEMS if trl and g in systems}
     return {"systems": systems, "ratio": ratios.get("grpo"), "ratios": ratios}
+
+
+def _max_of(values):
+    """The largest of the numbers among `values`, in GB (bytes / 1e9); None if there are none."""
+    present = [v for v in values if v is not None]
+    return max(present) / 1e9 if present else None
 
 
 def _loop_info(records):
@@ -612,7 +619,8 @@ def format_grpo_loop_table(summary, info=None):
         " compute on f32 master weights and a bf16 engine)",
         "",
     ]
-    header = ["system", "rounds", "steps", "median s/step", "step-1 s", "mean reward", "eval accuracy start → end"]
+    header = ["system", "rounds", "steps", "median s/step", "step-1 s", "mean reward", "eval accuracy start → end",
+              "peak RSS GB"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---|" + "|".join("---:" for _ in header[1:]) + "|")
     for system in LOOP_SYSTEMS:
@@ -624,7 +632,7 @@ def format_grpo_loop_table(summary, info=None):
             ev = f"{s['eval_start'] * 100:.1f}% → " + _fmt(s["eval_end"], ".1f", "%", 100.0)
         lines.append("| " + " | ".join([
             system, str(s["rounds"]), str(s["steps"]), _fmt(s["median_s"], ".2f"), _fmt(s["first_s"], ".2f"),
-            _fmt(s["mean_reward"], ".3f"), ev,
+            _fmt(s["mean_reward"], ".3f"), ev, _fmt(s["peak_rss_gb"], ".2f"),
         ]) + " |")
     names = {"time_generation": "generation", "time_reward": "reward", "time_train": "train",
              "time_weight_sync": "weight sync"}
@@ -652,6 +660,7 @@ def format_grpo_loop_table(summary, info=None):
         ("median s/step over steps 2.. of every round (step 1 compiles and warms up)" if excluded
          else "median s/step over all steps (a run of 1 step: the warm-up is included)")
         + "; reward: mean over the rounds of each step's mean reward; eval: greedy accuracy on the held-out rows"
+        + "; peak RSS: the largest process's peak resident memory over its steps"
     )
     return "\n".join(lines)
 

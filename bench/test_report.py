@@ -7,6 +7,7 @@ no measurement. Run: python3 -m unittest discover -s bench -p 'test_*.py'
 """
 
 import io
+import json
 import os
 import sys
 import unittest
@@ -455,6 +456,22 @@ class GrpoLoopReportTest(unittest.TestCase):
         self.assertIn("| grpo-bf16 | 1 | 3 | 10.00 | 30.00 | 0.500 | n/a |", table)
         self.assertIn("grpo-bf16 split (medians over the same steps): generation 2.00 s (20%)", table)
 
+    def test_peak_memory_is_the_largest_of_each_system(self):
+        lines = [
+            '{"bench": "grpo_loop", "system": "%s", "round": 1, "step": %d, "step_time": 10.0, "reward": 0.5,'
+            ' "peak_rss_bytes": %d}' % (system, step, peak)
+            for system, step, peak in (("trl", 1, 9e9), ("trl", 2, 1.2e10), ("grpo", 1, 4e9), ("grpo", 2, 3e9))
+        ]
+        summary = report.build_grpo_loop_summary(report.parse_lines(lines))
+        self.assertEqual(summary["systems"]["trl"]["peak_rss_gb"], 12.0)
+        self.assertEqual(summary["systems"]["grpo"]["peak_rss_gb"], 4.0)
+        table = report.report(lines)
+        self.assertIn("| trl | 1 | 2 | 10.00 | 10.00 | 0.500 | n/a | 12.00 |", table)
+        self.assertIn("| grpo | 1 | 2 | 10.00 | 10.00 | 0.500 | n/a | 4.00 |", table)
+        # Lines without it (older runs) report n/a.
+        self.assertIn("| grpo | 2 | 3 | 25.00 | 55.00 | 0.250 | 20.0% → n/a | n/a |",
+                      report.report(GRPO_LOOP_SAMPLE.splitlines()))
+
     def test_one_system_one_step(self):
         line = '{"bench": "grpo_loop", "system": "grpo", "round": 1, "step": 1, "step_time": 9.0, "reward": 0.0}'
         summary = report.build_grpo_loop_summary(report.parse_lines([line]))
@@ -467,6 +484,12 @@ class GrpoLoopReportTest(unittest.TestCase):
 
 
 class GrpoLoopTrlTest(unittest.TestCase):
+    def test_step_line_carries_the_peak(self):
+        line = json.loads(grpo_loop_trl.step_line(3, 12.5, 0.25, 2, grpo_loop_trl.peak_rss_bytes()))
+        self.assertEqual((line["step"], line["round"], line["step_time"]), (3, 2, 12.5))
+        self.assertGreater(line["peak_rss_bytes"], 1 << 20)  # this Python process holds more than 1 MiB
+        self.assertNotIn("peak_rss_bytes", json.loads(grpo_loop_trl.step_line(1, 1.0, 0.0)))
+
     def test_math_score(self):
         self.assertEqual(grpo_loop_trl.math_score("12 + 3 = 15. The answer is 15.", "15"), 1.0)
         self.assertEqual(grpo_loop_trl.math_score("The answer is 15, not 16", "15"), 1.0)

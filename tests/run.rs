@@ -75,7 +75,17 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
         assert!((f("clip_ratio/region_mean") - f("clip_ratio/low_mean") - f("clip_ratio/high_mean")).abs() < 1e-12);
         assert!(f("completions/min_length") <= f("completions/mean_length"));
         assert!(f("completions/mean_length") <= f("completions/max_length"));
+        // Memory: the learner's state (f32 parameters + AdamW's two moments)
+        // is among the live buffers, which the process's peak holds.
+        let state = line["learner_state_bytes"][0].as_f64().unwrap();
+        assert!(state > 0.0 && f("live_buffer_bytes") > state, "{line}");
+        assert!(f("peak_rss_bytes") > f("live_buffer_bytes"), "{line}");
     }
+    let peaks: Vec<f64> = metrics[1..]
+        .iter()
+        .map(|l| l["peak_rss_bytes"].as_f64().unwrap())
+        .collect();
+    assert!(peaks.windows(2).all(|w| w[0] <= w[1]), "a peak never falls: {peaks:?}");
     for key in [
         "eval_completions/mean_length",
         "eval_runtime",

@@ -184,6 +184,13 @@ impl<O: Objective> Learner<O> {
         Ok(names.zip(host_arrays(&self.state.optimizer)?).collect())
     }
 
+    /// Bytes of every buffer alive on the learner's client (its devices'
+    /// memory: the learner's state, and the in-process engines' weights and
+    /// KV caches when they share the client), not counting program temporaries.
+    pub fn live_buffer_bytes(&self) -> usize {
+        self.client.live_buffers().bytes
+    }
+
     /// Device bytes of parameters and optimizer state held by each device.
     pub fn state_bytes_per_device(&self) -> Vec<usize> {
         self.state.device_bytes()

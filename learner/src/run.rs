@@ -185,6 +185,14 @@ fn engine_context(longest_prompt: usize, completion_tokens: usize, max_model_len
         .clamp(2, max_model_len.max(2))
 }
 
+/// The process's peak resident memory so far (Linux's `VmHWM`), if known.
+fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Warns when the run is shorter than its learning-rate warm-up.
 fn warn_if_cut_short(schedule: &Schedule) {
     if let Some(warning) = schedule.cut_short() {
@@ -418,6 +426,10 @@ impl<T: Task> Run<T> {
             metrics.insert("step_time".into(), started.elapsed().as_secs_f64().into());
             metrics.insert("compiled_train_programs".into(), learner.compiled_steps().into());
             metrics.insert("learner_state_bytes".into(), learner.state_bytes_per_device().into());
+            metrics.insert("live_buffer_bytes".into(), learner.live_buffer_bytes().into());
+            if let Some(peak) = peak_resident_bytes() {
+                metrics.insert("peak_rss_bytes".into(), peak.into());
+            }
             self.pass(hooks, &mut record)?;
         }
         for hook in hooks.iter_mut() {

@@ -39,6 +39,6 @@ pub use dtype::{ElementType, NativeType, Pred, TensorType};
 pub use error::{Error, ErrorCode, Result};
 pub use pjrt::{
     Arg, Buffer, Client, ClientOptions, CompileOptions, CompileStats, Device, Executable, LiveBuffers, Platform,
-    Plugin, PluginSearch, ShardedBuffer,
+    Plugin, PluginSearch, ProgramMemory, ShardedBuffer,
 };
 pub use sharding::Sharding;

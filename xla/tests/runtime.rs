@@ -232,6 +232,25 @@ fn donated_input_becomes_the_output_and_is_unusable() {
 }
 
 #[test]
+fn a_program_reports_its_planned_memory() {
+    let client = cpu_client(1);
+    let (m, k, n) = (64, 128, 32);
+    let matmul = client
+        .compile(&matmul_program(m, k, n, ElementType::F32), &CompileOptions::default())
+        .unwrap();
+    let memory = matmul.memory_stats().unwrap();
+    assert_eq!(memory.arguments, (m * k + k * n) * 4, "{memory:?}");
+    assert_eq!(memory.outputs, m * n * 4, "{memory:?}");
+    assert_eq!(memory.aliased, 0, "{memory:?}");
+    let add = client
+        .compile(&donating_add_program(1024), &CompileOptions::default())
+        .unwrap();
+    let memory = add.memory_stats().unwrap();
+    assert_eq!((memory.arguments, memory.outputs), (2 * 4096, 4096), "{memory:?}");
+    assert_eq!(memory.aliased, 4096, "the donated input is the output: {memory:?}");
+}
+
+#[test]
 fn donation_keeps_live_memory_flat_over_many_steps() {
     let client = cpu_client(1);
     let n = 4096;

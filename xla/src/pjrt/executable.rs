@@ -214,6 +214,27 @@ impl Executable {
         &self.inner.devices
     }
 
+    /// What the compiler planned for one run on a device: its arguments,
+    /// outputs (less those that reuse an argument's memory) and
+    /// temporaries, in bytes.
+    pub fn memory_stats(&self) -> Result<ProgramMemory> {
+        let api = self.inner.client.api();
+        with_executable(api, self.inner.raw, |api, executable| {
+            let mut args = ffi::ExecutableGetCompiledMemoryStatsArgs::new();
+            args.executable = executable;
+            pjrt_call!(api, executable_get_compiled_memory_stats, args)?;
+            let bytes = |n: i64| usize::try_from(n).unwrap_or(0);
+            Ok(ProgramMemory {
+                arguments: bytes(args.argument_size_in_bytes),
+                outputs: bytes(args.output_size_in_bytes),
+                aliased: bytes(args.alias_size_in_bytes),
+                temporaries: bytes(args.temp_size_in_bytes),
+                peak: bytes(args.peak_memory_in_bytes),
+                code: bytes(args.generated_code_size_in_bytes),
+            })
+        })?
+    }
+
     /// The plugin's serialization of the program, where the plugin has one.
     pub fn serialize(&self) -> Result<Vec<u8>> {
         let api = self.inner.client.api();
@@ -444,6 +465,24 @@ fn passed_more_than_once(buffer: &Buffer, lists: &[&[Arg<'_>]]) -> bool {
         .filter(|a| a.buffer().raw() == buffer.raw())
         .count()
         > 1
+}
+
+/// A compiled program's planned memory per device, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProgramMemory {
+    /// Its arguments.
+    pub arguments: usize,
+    /// Its outputs.
+    pub outputs: usize,
+    /// Output bytes that reuse an argument's memory (donated arguments).
+    pub aliased: usize,
+    /// Temporaries live during a run.
+    pub temporaries: usize,
+    /// The most live at once during a run, arguments included, where the
+    /// plugin reports it (0 where not).
+    pub peak: usize,
+    /// Generated code.
+    pub code: usize,
 }
 
 /// Runs `f` on the `PJRT_Executable` behind a loaded executable, then frees it.

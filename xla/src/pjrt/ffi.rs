@@ -323,6 +323,21 @@ args_struct!(ExecutableSerializeArgs {
     serialized_executable: *mut SerializedExecutable,
     serialized_executable_deleter: Option<unsafe extern "C" fn(*mut SerializedExecutable)>,
 });
+args_struct!(ExecutableGetCompiledMemoryStatsArgs {
+    executable: *mut Executable,
+    generated_code_size_in_bytes: i64,
+    argument_size_in_bytes: i64,
+    output_size_in_bytes: i64,
+    alias_size_in_bytes: i64,
+    temp_size_in_bytes: i64,
+    host_generated_code_size_in_bytes: i64,
+    host_argument_size_in_bytes: i64,
+    host_output_size_in_bytes: i64,
+    host_alias_size_in_bytes: i64,
+    host_temp_size_in_bytes: i64,
+    peak_memory_in_bytes: i64,
+    total_size_in_bytes: i64,
+});
 args_struct!(ExecutableDeserializeAndLoadArgs {
     client: *mut Client,
     serialized_executable: *const c_char,
@@ -497,7 +512,7 @@ pub struct Api {
     pub client_create_view_of_device_buffer: RawFn,
     pub executable_fingerprint: RawFn,
     pub client_topology_description: RawFn,
-    pub executable_get_compiled_memory_stats: RawFn,
+    pub executable_get_compiled_memory_stats: Fn<ExecutableGetCompiledMemoryStatsArgs>,
     pub memory_kind_id: RawFn,
     pub execute_context_create: RawFn,
     pub execute_context_destroy: RawFn,
@@ -608,6 +623,11 @@ mod tests {
                 48,
             ),
             ("ExecutableSerializeArgs", ExecutableSerializeArgs::STRUCT_SIZE, 56),
+            (
+                "ExecutableGetCompiledMemoryStatsArgs",
+                ExecutableGetCompiledMemoryStatsArgs::STRUCT_SIZE,
+                120,
+            ),
             (
                 "ExecutableDeserializeAndLoadArgs",
                 ExecutableDeserializeAndLoadArgs::STRUCT_SIZE,

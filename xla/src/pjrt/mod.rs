@@ -19,7 +19,7 @@ pub use cache::CompileStats;
 pub use client::{Client, ClientOptions, LiveBuffers, OptionValue};
 pub use compile_options::CompileOptions;
 pub use device::{Device, MemoryStats};
-pub use executable::{Arg, Executable};
+pub use executable::{Arg, Executable, ProgramMemory};
 pub use locate::{
     CACHE_DIR_ENV, PLUGIN_ENV, Platform, PluginSearch, cache_dir, install_once, install_plugin, pip_install_into,
     plugin_install_dir,

@@ -146,15 +146,16 @@ impl ChoiceRecord {
 
 /// The choices a resumed run made before: its checkpoint's, else (a run
 /// starting over without one) its folder's `choices.json`; `None` for a
-/// new run or a run that recorded none. A record that is there but
-/// unreadable is refused, naming the file.
+/// new run or a run that recorded none. A checkpoint written before grpo
+/// recorded choices ran with the defaults of then, f32 throughout. A record
+/// that is there but unreadable is refused, naming the file.
 pub fn recorded(out: &Path, checkpoint: Option<&LoadedCheckpoint>, resume: bool) -> Result<Option<Choices>> {
     if !resume {
         return Ok(None);
     }
     if let Some(checkpoint) = checkpoint {
         return match checkpoint.state.get(STATE_KEY) {
-            None | Some(Value::Null) => Ok(None),
+            None | Some(Value::Null) => Ok(Some(Choices::F32)),
             Some(value) => serde_json::from_value(value.clone())
                 .map(Some)
                 .map_err(|e| Error::Data {

@@ -2,7 +2,7 @@
 //! results per shape, `auto` takes a probe's pick or a resumed run's
 //! earlier choice, and an explicit setting is never probed.
 
-use grpo_learner::choices::{ChoiceRecord, ChoiceRequest, Choices};
+use grpo_learner::choices::{self, ChoiceRecord, ChoiceRequest, Choices};
 use grpo_learner::config::{Dtype, DtypeSetting};
 use grpo_learner::probe::{Phase, Probe, ProbeShape};
 use grpo_xla::{Client, ClientOptions, Platform};
@@ -156,4 +156,46 @@ fn auto_takes_the_probes_pick_or_the_runs_earlier_choice() {
     let record = ChoiceRecord::decide(&client, &request(DtypeSetting::Auto, None), None, cache.path()).unwrap();
     assert_eq!(record.choices.engine_dtype, None);
     assert_eq!(record.probes.len(), 1);
+}
+
+#[test]
+fn a_resumed_run_takes_its_checkpoints_choices_and_older_checkpoints_mean_f32() {
+    let out = tempfile::tempdir().unwrap();
+    let checkpoint = |state: serde_json::Value| grpo_learner::checkpoint::LoadedCheckpoint {
+        dir: out.path().join("checkpoint-2"),
+        optimizer: Default::default(),
+        state,
+    };
+    let bf16 = Choices {
+        compute_dtype: Dtype::Bf16,
+        engine_dtype: None,
+    };
+    let recorded = |state, resume| choices::recorded(out.path(), Some(&checkpoint(state)), resume).unwrap();
+    let with = serde_json::json!({"step": 2, "choices": {"compute_dtype": "bf16", "engine_dtype": null}});
+    assert_eq!(recorded(with.clone(), true), Some(bf16));
+    assert_eq!(recorded(with, false), None, "a new run records nothing before it");
+    assert_eq!(
+        recorded(serde_json::json!({"step": 2}), true),
+        Some(Choices::F32),
+        "written before grpo kept choices: the defaults of then"
+    );
+    let bad = choices::recorded(
+        out.path(),
+        Some(&checkpoint(serde_json::json!({"choices": {"compute_dtype": "f64"}}))),
+        true,
+    )
+    .unwrap_err();
+    assert!(bad.to_string().contains("trainer_state.json"), "{bad}");
+
+    // Without a checkpoint, the folder's record; none there: nothing.
+    assert_eq!(choices::recorded(out.path(), None, true).unwrap(), None);
+    let record = ChoiceRecord {
+        choices: bf16,
+        probes: Vec::new(),
+    };
+    record.write(out.path()).unwrap();
+    assert_eq!(choices::recorded(out.path(), None, true).unwrap(), Some(bf16));
+    std::fs::write(out.path().join(choices::CHOICES_FILE), "{").unwrap();
+    let bad = choices::recorded(out.path(), None, true).unwrap_err();
+    assert!(bad.to_string().contains("choices.json"), "{bad}");
 }

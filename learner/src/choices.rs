@@ -132,15 +132,11 @@ impl ChoiceRecord {
 
     /// Writes it as `OUT/choices.json`, whole (a temporary file renamed into place).
     pub fn write(&self, out: &Path) -> Result<()> {
-        let path = out.join(CHOICES_FILE);
-        let staging = out.join(format!(".{CHOICES_FILE}.partial-{}", std::process::id()));
         let text = serde_json::to_string_pretty(self).expect("a choice record serializes");
-        std::fs::write(&staging, text)
-            .and_then(|()| std::fs::rename(&staging, &path))
-            .map_err(|e| Error::Output {
-                dir: out.to_path_buf(),
-                message: format!("cannot write {CHOICES_FILE}: {e}"),
-            })
+        crate::files::replace(&out.join(CHOICES_FILE), text.as_bytes()).map_err(|e| Error::Output {
+            dir: out.to_path_buf(),
+            message: format!("cannot write {CHOICES_FILE}: {e}"),
+        })
     }
 }
 

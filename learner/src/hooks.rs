@@ -174,9 +174,7 @@ fn keep_steps_up_to(path: &Path, step: u64) -> Result<()> {
             kept.push('\n');
         }
     }
-    let staging = path.with_extension("jsonl.partial");
-    std::fs::write(&staging, kept).map_err(|e| io(&staging, "write", e))?;
-    std::fs::rename(&staging, path).map_err(|e| io(path, "replace", e))
+    crate::files::replace(path, kept.as_bytes()).map_err(|e| io(path, "replace", e))
 }
 
 /// `OUT/rollouts.parquet/`: every sampled completion, one part per step; a

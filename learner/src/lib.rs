@@ -64,6 +64,7 @@ pub mod config;
 pub mod data;
 mod engine_copy;
 mod error;
+mod files;
 pub mod fleet;
 pub mod grpo;
 pub mod hooks;

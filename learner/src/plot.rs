@@ -14,8 +14,8 @@
 //! renamed into place.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::io::BufRead;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use plotters::prelude::*;
@@ -224,15 +224,13 @@ fn draw(metrics: &Metrics, rgb: &mut [u8], size: (u32, u32)) -> std::result::Res
     Ok(())
 }
 
-/// Writes an RGB image as a PNG: hidden temp file beside `path`, sync, rename.
+/// Writes an RGB image as a PNG, whole or not at all.
 fn write_png(path: &Path, rgb: &[u8], (width, height): (u32, u32)) -> Result<()> {
     let err = |message: String| Error::Data {
         path: path.to_path_buf(),
         line: 0,
         message,
     };
-    let name = path.file_name().ok_or_else(|| err("not a file path".into()))?;
-    let tmp: PathBuf = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
     let mut bytes = Vec::new();
     let mut encoder = png::Encoder::new(&mut bytes, width, height);
     encoder.set_color(png::ColorType::Rgb);
@@ -244,16 +242,5 @@ fn write_png(path: &Path, rgb: &[u8], (width, height): (u32, u32)) -> Result<()>
             w.finish()
         })
         .map_err(|e| err(format!("encoding: {e}")))?;
-    let written = std::fs::File::create(&tmp).and_then(|mut file| {
-        file.write_all(&bytes)?;
-        file.sync_all()
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err(format!("writing {}: {e}", tmp.display())));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(format!("renaming into place: {e}"))
-    })
+    crate::files::replace(path, &bytes).map_err(|e| err(format!("writing: {e}")))
 }

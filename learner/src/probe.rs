@@ -62,12 +62,15 @@ impl ProbeShape {
     /// `rows` rows, fewer when one run would pass [`MAX_PROBE_FLOPS`]
     /// (at least 16).
     pub fn new(phase: Phase, rows: usize, hidden: usize, intermediate: usize) -> ProbeShape {
-        let per_row = 2.0 * (hidden * intermediate) as f64 * phase.products() as f64;
-        let most = (MAX_PROBE_FLOPS / per_row.max(1.0)) as usize;
-        ProbeShape {
-            rows: rows.min(most).max(16),
+        let one_row = ProbeShape {
+            rows: 1,
             hidden,
             intermediate,
+        };
+        let most = (MAX_PROBE_FLOPS / one_row.flops(phase).max(1.0)) as usize;
+        ProbeShape {
+            rows: rows.min(most).max(16),
+            ..one_row
         }
     }
 
@@ -165,12 +168,9 @@ fn read_cached(path: &Path, phase: Phase, shape: ProbeShape) -> Option<Probe> {
 
 /// Writes `probe` to `path` whole (a temporary file renamed into place).
 fn write_cached(path: &Path, probe: &Probe) -> std::io::Result<()> {
-    let dir = path.parent().expect("a cache file has a folder");
-    std::fs::create_dir_all(dir)?;
-    let staging = path.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::create_dir_all(path.parent().expect("a cache file has a folder"))?;
     let text = serde_json::to_string_pretty(probe).expect("a probe serializes");
-    std::fs::write(&staging, text)?;
-    std::fs::rename(&staging, path)
+    crate::files::replace(path, text.as_bytes())
 }
 
 /// Where `phase` at `shape` is cached in `cache` for this machine and `client`'s plugin.

@@ -344,9 +344,7 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 /// Syncs a folder so a rename or removal in it is durable.
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir, "syncing the folder", &e))
+    crate::files::sync_dir(dir).map_err(|e| io_error(dir, "syncing the folder", &e))
 }
 
 fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {

@@ -65,7 +65,7 @@ pub struct WorkerArgs {
     /// Parameter and KV-cache dtype: f32, bf16, or auto (the faster on this
     /// machine: a probe at the model's shapes and --max-num-seqs, cached in
     /// grpo's cache folder).
-    #[arg(long, default_value = "auto", value_parser = parse_dtype)]
+    #[arg(long, default_value = "auto")]
     dtype: DtypeSetting,
     /// The learner's registry (`host:port` of `[rollout] listen`) to
     /// register with.
@@ -85,15 +85,6 @@ pub struct WorkerArgs {
     /// chain to; the learner's address is then dialled over TLS (`https://`).
     #[arg(long, requires = "learner")]
     tls_ca: Option<PathBuf>,
-}
-
-fn parse_dtype(name: &str) -> Result<DtypeSetting, String> {
-    match name {
-        "auto" => Ok(DtypeSetting::Auto),
-        "f32" => Ok(DtypeSetting::F32),
-        "bf16" => Ok(DtypeSetting::Bf16),
-        _ => Err(format!("must be auto, f32 or bf16, not `{name}`")),
-    }
 }
 
 /// The engine's dtype: `setting`'s, or for `auto` the engine probe's pick at

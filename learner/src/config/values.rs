@@ -77,6 +77,17 @@ impl DtypeSetting {
     }
 }
 
+impl std::str::FromStr for DtypeSetting {
+    type Err = String;
+
+    /// Parses the names a config file takes (`auto`, `f32`, `bf16`).
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        use serde::de::IntoDeserializer;
+        let name: serde::de::value::StrDeserializer<serde::de::value::Error> = name.into_deserializer();
+        DtypeSetting::deserialize(name).map_err(|e| e.to_string())
+    }
+}
+
 /// `[algorithm] importance`: which correction for the rollout/learner
 /// mismatch (its cap is `importance_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -13,15 +13,16 @@
 //!   core); XLA allocates a program's temporaries and outputs on whichever
 //!   thread runs it, so every arena came to hold its own freed copy of the
 //!   train step's temporaries: the arithmetic example's peak resident
-//!   memory was 7.9–8.3 GB where one arena holds 5.4–6.5 GB. Small blocks
-//!   still come from each thread's cache without a lock.
+//!   memory over its first 6 steps was 7.7–8.3 GB where one arena holds
+//!   5.4–5.5 GB. Small blocks still come from each thread's cache without
+//!   a lock.
 //! - **Nothing given back.** Freed pages stay with the process. Pages given
 //!   back must be faulted in and zeroed when touched again, and a page
 //!   new to the process can cost far more: on the virtual machines grpo is
-//!   developed on, first touches ran at 0.2–3 GB/s against 27 GB/s for a
-//!   `memset` of touched pages. With jemalloc's time-based purging (a
-//!   minute) part of the train step's temporaries was purged between steps
-//!   and faulted in again, and train steps took up to 1.8× as long. What
+//!   developed on, fresh memory was first touched at 0.19 GB/s (2.3–11.8
+//!   GB/s on later tries) against 27 GB/s for a `memset` of touched
+//!   pages. With jemalloc's time-based purging (a minute) part of the train
+//!   step's temporaries was purged between steps and faulted in again, and train steps took up to 1.8× as long. What
 //!   the process keeps is bounded by the largest footprint it reached.
 //!
 //! Transparent huge pages are left to the system's setting: jemalloc's

@@ -17,8 +17,9 @@
 #    `[rollout] workers` set, `in_process = false` and `weight_dtype = "bf16"`
 #    (the workers' engines are bf16, so nothing is lost on the wire).
 # 4. Prints per system the median over steps 2..S (step 1 compiles) of the
-#    step time and its split (generation, reward, train, weight sync) and the
-#    weight-sync rate; every metrics line is kept in FILE (default
+#    step time and its split (generation, reward, train, weight sync), the
+#    weight-sync rate and the largest worker peak resident memory; every
+#    metrics line is kept in FILE (default
 #    <grpo cache>/bench-results/fleet-<UTC>.jsonl).
 # All processes share the machine's cores: on 2 cores, workers add no
 # compute, only a second copy of the engine and the gRPC push.
@@ -36,7 +37,7 @@ while (($#)); do
     --workers-list) WORKERS_LIST=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --no-build) NO_BUILD=1; shift ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fleet.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -106,6 +107,11 @@ for n in "${workers_list[@]}"; do
     list=$(IFS=,; echo "${addrs[*]}")
     run_steps "$n-workers" --set "rollout.workers=[$list]" --set rollout.in_process=false \
         --set 'rollout.weight_dtype="bf16"'
+    # Each worker's peak resident memory (the engine, its KV cache and a staged update).
+    for pid in "${PIDS[@]}"; do
+        kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
+        echo "{\"bench\": \"fleet\", \"system\": \"$n-workers\", \"worker_peak_rss_bytes\": $((kib * 1024))}" >>"$OUT"
+    done
     kill "${PIDS[@]}" 2>/dev/null || true
     wait "${PIDS[@]}" 2>/dev/null || true
     PIDS=()
@@ -115,11 +121,16 @@ echo >&2
 echo "results: $OUT" >&2
 python3 - "$OUT" <<'PYTHON'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+lines = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+rows = [r for r in lines if "step" in r]
+worker_rss = {}
+for r in lines:
+    if "worker_peak_rss_bytes" in r:
+        worker_rss[r["system"]] = max(worker_rss.get(r["system"], 0), r["worker_peak_rss_bytes"])
 systems = list(dict.fromkeys(r["system"] for r in rows))
 cols = ("step_time", "time_generation", "time_reward", "time_train", "time_weight_sync", "weight_sync_gb_per_s")
-print("| system | steps | median s/step | generation s | reward s | train s | weight sync s | sync GB/s |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| system | steps | median s/step | generation s | reward s | train s | weight sync s | sync GB/s | worker peak RSS GB |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 base = None
 for system in systems:
     timed = [r for r in rows if r["system"] == system and r["step"] >= 2]
@@ -127,7 +138,8 @@ for system in systems:
     base = base or med["step_time"]
     print(f"| {system} | {len(timed)} | {med['step_time']:.2f} | {med['time_generation']:.2f} | "
           f"{med['time_reward']:.3f} | {med['time_train']:.2f} | {med['time_weight_sync']:.2f} | "
-          f"{med['weight_sync_gb_per_s']:.2f} |")
+          f"{med['weight_sync_gb_per_s']:.2f} | "
+          + (f"{worker_rss[system] / 1e9:.2f} |" if system in worker_rss else "- |"))
 print(f"(medians over steps 2..; in-process / system step time: "
       + ", ".join(f"{s} {base / statistics.median(r['step_time'] for r in rows if r['system'] == s and r['step'] >= 2):.2f}x"
                   for s in systems) + ")")

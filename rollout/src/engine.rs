@@ -25,10 +25,10 @@ use std::sync::Arc;
 
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::HostTensor;
 use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 
 use crate::error::{Error, Result};
+use crate::host_weights::ParameterValues;
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
 use crate::programs::{ProgramKey, Programs, upload};
 use crate::request::{Limits, LogprobsMode, Request};
@@ -396,10 +396,10 @@ impl Engine {
     /// Every tensor is checked (known name, no repeats, right shape, finite)
     /// and uploaded before any is swapped in: a refused update leaves the
     /// old weights serving.
-    pub fn update_weights(
+    pub fn update_weights<T: ParameterValues>(
         &mut self,
         version: u64,
-        tensors: &[(String, HostTensor)],
+        tensors: &[(String, T)],
         in_flight: InFlight,
     ) -> Result<()> {
         let refuse = |message: String| Error::InvalidUpdate { version, message };
@@ -414,16 +414,17 @@ impl Engine {
             if std::mem::replace(&mut seen[index], true) {
                 return Err(refuse(format!("`{name}` appears twice")));
             }
-            if tensor.dims != specs[index].dims {
+            if tensor.dims() != specs[index].dims {
                 return Err(refuse(format!(
                     "`{name}` has shape {:?}, the model needs {:?}",
-                    tensor.dims, specs[index].dims
+                    tensor.dims(),
+                    specs[index].dims
                 )));
             }
-            if let Some(bad) = tensor.data.iter().find(|v| !v.is_finite()) {
+            if let Some(bad) = tensor.first_non_finite() {
                 return Err(refuse(format!("`{name}` holds a non-finite value ({bad})")));
             }
-            staged.push((index, self.upload_tensor(tensor)?));
+            staged.push((index, tensor.upload(&self.client, &self.device, self.config.dtype)?));
         }
         for (index, buffer) in staged {
             self.params[index] = buffer;
@@ -481,17 +482,6 @@ impl Engine {
                 self.abort(id);
             }
         }
-    }
-
-    fn upload_tensor(&self, tensor: &HostTensor) -> Result<Buffer> {
-        let dims = tensor.dims_i64();
-        Ok(match self.config.dtype {
-            ElementType::Bf16 => {
-                let values: Vec<half::bf16> = tensor.data.iter().map(|&v| half::bf16::from_f32(v)).collect();
-                upload(&self.client, &self.device, &values, &dims)?
-            }
-            _ => upload(&self.client, &self.device, &tensor.data, &dims)?,
-        })
     }
 
     /// Moves waiting requests, first come first served, into free slots

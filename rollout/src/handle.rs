@@ -18,14 +18,13 @@
 //! calls [`Error::EngineStopped`].
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::thread;
 
-use grpo_model::weights::HostTensor;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::{Engine, EngineStats, InFlight};
 use crate::error::{Error, Result};
+use crate::host_weights::IncomingWeights;
 use crate::output::{Completion, RequestId, SampleUpdate};
 use crate::request::Request;
 
@@ -112,7 +111,7 @@ enum Command {
     },
     UpdateWeights {
         version: u64,
-        tensors: Arc<[(String, HostTensor)]>,
+        tensors: IncomingWeights,
         in_flight: InFlight,
         reply: oneshot::Sender<Result<()>>,
     },
@@ -181,7 +180,7 @@ impl EngineHandle {
     pub async fn update_weights(
         &self,
         version: u64,
-        tensors: impl Into<Arc<[(String, HostTensor)]>>,
+        tensors: impl Into<IncomingWeights>,
         in_flight: InFlight,
     ) -> Result<()> {
         self.call(|reply| Command::UpdateWeights {
@@ -307,7 +306,11 @@ impl Actor {
                 in_flight,
                 reply,
             } => {
-                let _ = reply.send(self.engine.update_weights(version, &tensors, in_flight));
+                let installed = match tensors {
+                    IncomingWeights::F32(tensors) => self.engine.update_weights(version, &tensors, in_flight),
+                    IncomingWeights::Bf16(tensors) => self.engine.update_weights(version, &tensors, in_flight),
+                };
+                let _ = reply.send(installed);
             }
             Command::Pause { mode, reply } => {
                 self.paused = true;

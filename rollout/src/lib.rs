@@ -9,6 +9,8 @@
 //!   token's log-prob under the unmodified policy.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
 //!   the device, one prefill per group, aborts, live weight updates.
+//! - [`host_weights`]: new parameter values on the host (f32, or bf16 for a
+//!   bf16 engine), as weight updates hand them to an engine.
 //! - [`handle`]: the engine as an async service (an actor thread, a
 //!   stream of updates per request, pause / resume, weight updates).
 //! - [`worker`]: the rollout worker gRPC service (generation, checksummed
@@ -23,6 +25,7 @@ pub mod detokenize;
 pub mod engine;
 mod error;
 pub mod handle;
+pub mod host_weights;
 pub mod output;
 mod programs;
 pub mod request;

@@ -31,6 +31,7 @@ use crate::tls::{ServerTls, server_builder};
 use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate};
 use grpo_rollout::engine::Engine;
 use grpo_rollout::handle::{EngineHandle, SampleStream};
+use grpo_xla::ElementType;
 
 /// The port a worker listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 50051;
@@ -68,6 +69,7 @@ impl WorkerServer {
         let service = Service {
             instance: std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), addr),
             parameters: engine.decoder().parameters().to_vec(),
+            engine_dtype: engine.config().dtype,
             handle: EngineHandle::spawn(engine),
             staging: Mutex::new(Staging::Idle),
         };
@@ -163,6 +165,8 @@ struct Service {
     handle: EngineHandle,
     /// The model's parameters, which announced tensors must be.
     parameters: Vec<ParamSpec>,
+    /// The engine's weight dtype, which staged updates are held in.
+    engine_dtype: ElementType,
     staging: Mutex<Staging>,
 }
 
@@ -235,7 +239,7 @@ impl RolloutWorker for Service {
         request: Request<proto::StartWeightUpdateRequest>,
     ) -> Result<Response<proto::StartWeightUpdateResponse>, Status> {
         let start = request.into_inner();
-        let staged = StagedUpdate::new(&start, &self.parameters);
+        let staged = StagedUpdate::new(&start, &self.parameters, self.engine_dtype);
         let mut staging = self.staging();
         match staged {
             Ok(update) => {

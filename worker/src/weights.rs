@@ -9,18 +9,22 @@
 //! order, which the worker checks at the end by combining the chunks'
 //! checksums in offset order (so chunks may arrive in any order).
 //!
-//! Memory: a staged update holds one host f32 copy of the tensors it
-//! replaces, allocated when it starts (the announced shapes must be the
-//! model's, so that is at most one copy of the model).
+//! Memory: a staged update holds one host copy of the tensors it
+//! replaces, in the engine's dtype (bf16 or f32), allocated when it starts
+//! and decoded into chunk by chunk (the announced shapes must be the
+//! model's, so that is at most one copy of the model in the engine's
+//! dtype). A bf16 engine thus never sees an f32 copy of an update.
 
 use std::collections::BTreeMap;
 
 use grpo_model::names::ParamSpec;
 use grpo_model::weights::HostTensor;
 use grpo_proto::rollout as proto;
-
 use grpo_rollout::engine::InFlight;
+use grpo_rollout::host_weights::{Bf16Tensor, IncomingWeights};
 use grpo_rollout::{Error, Result};
+use grpo_xla::ElementType;
+use half::bf16;
 
 /// The most bytes of values one chunk may carry (the worker accepts gRPC
 /// messages this big plus room for the other fields).
@@ -52,17 +56,18 @@ impl WireDtype {
         }
     }
 
-    /// Fills `out` from `bytes` (exactly `out.len()` values).
-    fn decode_into(self, bytes: &[u8], out: &mut [f32]) {
+    /// Fills `out` from `bytes` (exactly `out.len()` values), converting
+    /// to `T` (rounding to nearest even when that narrows).
+    fn decode_into<T: FromWire>(self, bytes: &[u8], out: &mut [T]) {
         match self {
             WireDtype::F32 => {
                 for (value, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *value = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    *value = T::from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
                 }
             }
             WireDtype::Bf16 => {
                 for (value, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *value = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                    *value = T::from_bf16(bf16::from_le_bytes([b[0], b[1]]));
                 }
             }
         }
@@ -82,6 +87,32 @@ impl WireDtype {
             proto::Dtype::Bf16 => Some(WireDtype::Bf16),
             proto::Dtype::Unspecified => None,
         }
+    }
+}
+
+/// A value type a staged tensor holds: the engine's dtype.
+trait FromWire: Copy + Default {
+    fn from_f32(value: f32) -> Self;
+    fn from_bf16(value: bf16) -> Self;
+}
+
+impl FromWire for f32 {
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+
+    fn from_bf16(value: bf16) -> Self {
+        value.to_f32()
+    }
+}
+
+impl FromWire for bf16 {
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+
+    fn from_bf16(value: bf16) -> Self {
+        value
     }
 }
 
@@ -173,7 +204,8 @@ struct StagedTensor {
     dims: Vec<usize>,
     dtype: WireDtype,
     crc32: u32,
-    values: Vec<f32>,
+    /// Element count.
+    len: usize,
     /// Chunks by first element.
     received: BTreeMap<usize, Received>,
 }
@@ -191,11 +223,10 @@ impl StagedTensor {
             hasher.combine(&crc32fast::Hasher::new_with_initial_len(chunk.crc32, chunk.bytes));
             covered = chunk.end;
         }
-        if covered != self.values.len() {
+        if covered != self.len {
             return Err(format!(
                 "`{}`: elements {covered}..{} never arrived",
-                self.name,
-                self.values.len()
+                self.name, self.len
             ));
         }
         let crc = hasher.finalize();
@@ -209,11 +240,18 @@ impl StagedTensor {
     }
 }
 
+/// The values of every staged tensor, in the engine's dtype.
+#[derive(Debug)]
+enum StagedValues {
+    F32(Vec<Vec<f32>>),
+    Bf16(Vec<Vec<bf16>>),
+}
+
 /// A complete update, ready for [`grpo_rollout::handle::EngineHandle::update_weights`].
 #[derive(Debug)]
 pub(crate) struct Assembled {
     pub version: u64,
-    pub tensors: Vec<(String, HostTensor)>,
+    pub tensors: IncomingWeights,
     pub in_flight: InFlight,
 }
 
@@ -224,12 +262,20 @@ pub(crate) struct StagedUpdate {
     version: u64,
     in_flight: InFlight,
     tensors: Vec<StagedTensor>,
+    /// `tensors`' values, in the same order.
+    values: StagedValues,
 }
 
 impl StagedUpdate {
-    /// Stages the update `start` announces for a model with `parameters`:
-    /// each tensor must be one of them (once), with its shape.
-    pub fn new(start: &proto::StartWeightUpdateRequest, parameters: &[ParamSpec]) -> Result<StagedUpdate> {
+    /// Stages the update `start` announces for a model with `parameters`
+    /// whose engine runs in `engine_dtype` (bf16, or f32 for anything
+    /// else): each tensor must be one of the parameters (once), with its
+    /// shape.
+    pub fn new(
+        start: &proto::StartWeightUpdateRequest,
+        parameters: &[ParamSpec],
+        engine_dtype: ElementType,
+    ) -> Result<StagedUpdate> {
         let version = start.version;
         let refuse = |message: String| Error::InvalidUpdate { version, message };
         let in_flight = match proto::InFlight::try_from(start.in_flight) {
@@ -260,14 +306,19 @@ impl StagedUpdate {
                 dims: param.dims.clone(),
                 dtype,
                 crc32: spec.crc32,
-                values: vec![0.0; param.dims.iter().product()],
+                len: param.dims.iter().product(),
                 received: BTreeMap::new(),
             });
         }
+        let values = match engine_dtype {
+            ElementType::Bf16 => StagedValues::Bf16(tensors.iter().map(|t| vec![bf16::ZERO; t.len]).collect()),
+            _ => StagedValues::F32(tensors.iter().map(|t| vec![0.0; t.len]).collect()),
+        };
         Ok(StagedUpdate {
             version,
             in_flight,
             tensors,
+            values,
         })
     }
 
@@ -289,11 +340,12 @@ impl StagedUpdate {
             return Err(refuse(format!("a chunk of version {} arrived", chunk.version)));
         }
         let name = &chunk.name;
-        let tensor = self
+        let index = self
             .tensors
-            .iter_mut()
-            .find(|t| &t.name == name)
+            .iter()
+            .position(|t| &t.name == name)
             .ok_or_else(|| refuse(format!("a chunk of `{name}`, which the update did not announce")))?;
+        let tensor = &mut self.tensors[index];
         let crc = crc32fast::hash(&chunk.data);
         if crc != chunk.crc32 {
             return Err(refuse(format!(
@@ -309,7 +361,7 @@ impl StagedUpdate {
             )));
         }
         let count = chunk.data.len() / size;
-        let len = tensor.values.len();
+        let len = tensor.len;
         let start = usize::try_from(chunk.offset_elements).unwrap_or(usize::MAX);
         let end = start.checked_add(count).filter(|&end| end <= len).ok_or_else(|| {
             refuse(format!(
@@ -324,7 +376,10 @@ impl StagedUpdate {
                 previous.end
             )));
         }
-        tensor.dtype.decode_into(&chunk.data, &mut tensor.values[start..end]);
+        match &mut self.values {
+            StagedValues::F32(values) => tensor.dtype.decode_into(&chunk.data, &mut values[index][start..end]),
+            StagedValues::Bf16(values) => tensor.dtype.decode_into(&chunk.data, &mut values[index][start..end]),
+        }
         tensor.received.insert(
             start,
             Received {
@@ -349,19 +404,19 @@ impl StagedUpdate {
         for tensor in &self.tensors {
             tensor.check_complete().map_err(refuse)?;
         }
-        let tensors = self
-            .tensors
-            .into_iter()
-            .map(|t| {
-                (
-                    t.name,
-                    HostTensor {
-                        dims: t.dims,
-                        data: t.values,
-                    },
-                )
-            })
-            .collect();
+        let named = self.tensors.into_iter().map(|t| (t.name, t.dims));
+        let tensors = match self.values {
+            StagedValues::F32(values) => named
+                .zip(values)
+                .map(|((name, dims), data)| (name, HostTensor { dims, data }))
+                .collect::<Vec<_>>()
+                .into(),
+            StagedValues::Bf16(values) => named
+                .zip(values)
+                .map(|((name, dims), data)| (name, Bf16Tensor { dims, data }))
+                .collect::<Vec<_>>()
+                .into(),
+        };
         Ok(Assembled {
             version,
             tensors,
@@ -403,7 +458,7 @@ mod tests {
     }
 
     fn staged(dtype: WireDtype) -> StagedUpdate {
-        StagedUpdate::new(&encoded(dtype, 1 << 20).start, &parameters()).unwrap()
+        StagedUpdate::new(&encoded(dtype, 1 << 20).start, &parameters(), ElementType::F32).unwrap()
     }
 
     fn chunks(dtype: WireDtype, chunk_bytes: usize) -> Vec<proto::WeightChunk> {
@@ -417,24 +472,56 @@ mod tests {
         }
     }
 
+    /// The assembled tensors' names, shapes and values (as f32).
+    fn values(weights: &IncomingWeights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        match weights {
+            IncomingWeights::F32(tensors) => tensors
+                .iter()
+                .map(|(name, t)| (name.clone(), t.dims.clone(), t.data.clone()))
+                .collect(),
+            IncomingWeights::Bf16(tensors) => tensors
+                .iter()
+                .map(|(name, t)| {
+                    (
+                        name.clone(),
+                        t.dims.clone(),
+                        t.data.iter().map(|v| v.to_f32()).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
     #[test]
-    fn chunks_in_any_order_assemble_the_tensors() {
-        for (dtype, chunk_bytes) in [(WireDtype::F32, 12), (WireDtype::Bf16, 6), (WireDtype::F32, 1 << 20)] {
-            let mut update = staged(dtype);
+    fn chunks_in_any_order_assemble_the_tensors_in_the_engines_dtype() {
+        let engines = [ElementType::F32, ElementType::Bf16];
+        let wires = [(WireDtype::F32, 12), (WireDtype::Bf16, 6), (WireDtype::F32, 1 << 20)];
+        for (engine, (dtype, chunk_bytes)) in engines.into_iter().flat_map(|e| wires.map(|w| (e, w))) {
+            let start = encoded(dtype, 1 << 20).start;
+            let mut update = StagedUpdate::new(&start, &parameters(), engine).unwrap();
             let mut all = chunks(dtype, chunk_bytes);
             all.reverse();
-            let values: usize = all.iter().map(|c| update.add(c).unwrap()).sum();
-            assert_eq!(values, 22);
+            let count: usize = all.iter().map(|c| update.add(c).unwrap()).sum();
+            assert_eq!(count, 22);
             let done = update.finish(3).unwrap();
             assert_eq!((done.version, done.in_flight), (3, InFlight::Keep));
-            for ((name, got), (want_name, want)) in done.tensors.iter().zip(tensors()) {
-                assert_eq!((name, &got.dims), (&want_name, &want.dims));
-                let rounded: Vec<f32> = match dtype {
-                    WireDtype::F32 => want.data,
-                    WireDtype::Bf16 => want.data.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect(),
-                };
-                assert_eq!(got.data, rounded, "{dtype:?}");
-            }
+            assert_eq!(
+                matches!(done.tensors, IncomingWeights::Bf16(_)),
+                engine == ElementType::Bf16
+            );
+            let exact = dtype == WireDtype::F32 && engine == ElementType::F32;
+            let want: Vec<_> = tensors()
+                .into_iter()
+                .map(|(name, t)| {
+                    let data = if exact {
+                        t.data
+                    } else {
+                        t.data.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()
+                    };
+                    (name, t.dims, data)
+                })
+                .collect();
+            assert_eq!(values(&done.tensors), want, "{dtype:?} into {engine}");
         }
     }
 
@@ -516,7 +603,7 @@ mod tests {
         // Right chunks, wrong announcement: the whole-tensor checksum catches it.
         let mut start = encoded(WireDtype::Bf16, 1 << 20).start;
         start.tensors[1].crc32 ^= 1;
-        let mut announced = StagedUpdate::new(&start, &parameters()).unwrap();
+        let mut announced = StagedUpdate::new(&start, &parameters(), ElementType::F32).unwrap();
         for chunk in &all {
             announced.add(chunk).unwrap();
         }
@@ -533,7 +620,7 @@ mod tests {
         let bad = |f: &dyn Fn(&mut proto::StartWeightUpdateRequest)| {
             let mut request = start();
             f(&mut request);
-            refusal(StagedUpdate::new(&request, &parameters()))
+            refusal(StagedUpdate::new(&request, &parameters(), ElementType::F32))
         };
         let cases = [
             (bad(&|r| r.tensors[0].name = "z".to_string()), "no parameter `z`"),
@@ -545,7 +632,7 @@ mod tests {
         for (message, needle) in cases {
             assert!(message.contains(needle), "{message} should say {needle}");
         }
-        let update = StagedUpdate::new(&start(), &parameters()).unwrap();
+        let update = StagedUpdate::new(&start(), &parameters(), ElementType::Bf16).unwrap();
         assert_eq!((update.version(), update.in_flight), (3, InFlight::Abort));
     }
 }

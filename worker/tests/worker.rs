@@ -24,7 +24,7 @@ use grpo_worker::{
     AuthToken, ClientTls, EncodedUpdate, Health, PROTOCOL_VERSION, PushOptions, RemoteSamples, WireDtype, WorkerClient,
     WorkerError, WorkerServer, proto,
 };
-use grpo_xla::Client;
+use grpo_xla::{Client, ElementType};
 use tonic::Code;
 
 const SLOTS: usize = 4;
@@ -46,7 +46,12 @@ fn engine(client: &Client) -> Engine {
 
 /// A worker serving a fresh fixture engine on a free loopback port, and a client of it.
 async fn worker(client: &Client) -> (WorkerClient, String) {
-    let server = WorkerServer::bind("127.0.0.1:0".parse().unwrap(), engine(client), token())
+    serve(engine(client)).await
+}
+
+/// A worker serving `engine` on a free loopback port, and a client of it.
+async fn serve(engine: Engine) -> (WorkerClient, String) {
+    let server = WorkerServer::bind("127.0.0.1:0".parse().unwrap(), engine, token())
         .await
         .unwrap();
     let addr = server.local_addr();
@@ -256,6 +261,40 @@ async fn an_f32_update_pushed_mid_generation_serves_its_later_tokens() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bf16_update_pushed_while_paused_serves_the_rest_of_the_sample() {
     push_mid_generation(WireDtype::Bf16, true).await;
+}
+
+/// A bf16 worker stages a push in bf16, whatever the wire carries: it
+/// then generates what a local bf16 engine given the f32 tensors does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bf16_worker_installs_a_push_as_a_local_bf16_engine_does() {
+    let client = cpu_client();
+    let bf16_engine = || {
+        common::engine_in(
+            &client,
+            0,
+            fixture("llama").to_str().unwrap(),
+            SLOTS,
+            MAX_MODEL_LEN,
+            ElementType::Bf16,
+        )
+    };
+    let (mut worker, _) = serve(bf16_engine()).await;
+    let next = request(10, 0.7, 2, 9);
+    for (version, dtype) in [(1, WireDtype::F32), (2, WireDtype::Bf16)] {
+        let update = new_weights(version + 10, dtype);
+        let options = PushOptions {
+            dtype,
+            chunk_bytes: 256,
+            in_flight: InFlight::Keep,
+        };
+        worker.push_weights(version, &update, &options).await.unwrap();
+        let mut local = bf16_engine();
+        local.update_weights(version, &update, InFlight::Keep).unwrap();
+        let want = local.generate(std::slice::from_ref(&next)).unwrap().remove(0);
+        let got = generate(&mut worker, &next).await;
+        assert_eq!(got, want, "{dtype:?}");
+        assert!(got.iter().all(|c| c.versions.iter().all(|&v| v == version)));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -164,7 +164,7 @@ impl Fleet for LocalFleet {
     }
 
     fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {
-        Ok(self.engine.update_weights(version, &[], InFlight::Keep)?)
+        Ok(self.engine.update_weights::<HostTensor>(version, &[], InFlight::Keep)?)
     }
 
     fn health(&self) -> FleetHealth {

@@ -692,7 +692,7 @@ impl Fleet for WorkerFleet {
         for member in &mut self.members {
             if let Connection::Local(handle) = &member.connection {
                 self.runtime
-                    .block_on(handle.update_weights(version, Vec::new(), InFlight::Keep))?;
+                    .block_on(handle.update_weights(version, HostWeights::from([]), InFlight::Keep))?;
                 member.installed = Some(version);
             }
         }

@@ -33,6 +33,18 @@ pub fn engine(client: &Client, model: &str, max_num_seqs: usize, max_model_len: 
 
 /// The same on the client's device `device` (its weights there).
 pub fn engine_on(client: &Client, device: usize, model: &str, max_num_seqs: usize, max_model_len: usize) -> Engine {
+    engine_in(client, device, model, max_num_seqs, max_model_len, ElementType::F32)
+}
+
+/// The same with weights and KV cache in `dtype`.
+pub fn engine_in(
+    client: &Client,
+    device: usize,
+    model: &str,
+    max_num_seqs: usize,
+    max_model_len: usize,
+    dtype: ElementType,
+) -> Engine {
     let pretrained = Pretrained::open(model).unwrap();
     let decoder = Decoder::new(pretrained.config.clone());
     let params = upload_parameters(
@@ -40,13 +52,13 @@ pub fn engine_on(client: &Client, device: usize, model: &str, max_num_seqs: usiz
         client.device(device).unwrap(),
         &decoder,
         pretrained.weights.as_ref(),
-        ElementType::F32,
+        dtype,
     )
     .unwrap();
     let config = EngineConfig {
         max_num_seqs,
         max_model_len,
-        dtype: ElementType::F32,
+        dtype,
     };
     Engine::new(client, decoder, params, config).unwrap()
 }

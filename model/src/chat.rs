@@ -5,9 +5,11 @@
 //! `lstrip_blocks`), has loop controls, `raise_exception(message)`, a
 //! Python-style `tojson` (`", "` and `": "` separators, no HTML escaping,
 //! `indent` and `ensure_ascii`), and Python string / dict / list methods
-//! (`.strip()`, `.startswith()`, `.split()`, `.items()`, ...). A render sees
-//! `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, and `tools`
-//! and `documents` as `none`.
+//! (`.strip()`, `.startswith()`, `.split()`, `.items()`, ...); dicts keep
+//! their keys' order, as Python's do. A render sees `messages` (an
+//! assistant message's `tool_calls` in OpenAI's form), `add_generation_prompt`,
+//! `bos_token`, `eos_token`, `tools` (OpenAI's form, or `none` when no tool is
+//! on offer) and `documents` as `none`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,18 +19,21 @@ use minijinja::{Environment, ErrorKind};
 use serde::Serialize;
 
 use crate::tokenizer::TokenizerConfig;
+use crate::tools::{Tool, ToolCall};
 use crate::{Error, Result};
 
 /// The name the template is stored under in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
 
 /// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
     /// The message's text.
     pub content: String,
+    /// The tools an assistant message calls, in order.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl ChatMessage {
@@ -37,23 +42,38 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
         }
+    }
+
+    /// The same message making `calls`.
+    pub fn with_tool_calls(mut self, calls: Vec<ToolCall>) -> Self {
+        self.tool_calls = calls;
+        self
     }
 }
 
 /// Messages reach templates as objects whose keys keep the order `role`,
-/// `content`, as a Python dict would (minijinja's own maps sort their keys).
+/// `content`, `tool_calls`, as a Python dict built in that order would;
+/// `tool_calls` is there only when the message makes calls.
 impl Object for ChatMessage {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         match key.as_str()? {
             "role" => Some(Value::from(self.role.as_str())),
             "content" => Some(Value::from(self.content.as_str())),
+            "tool_calls" if !self.tool_calls.is_empty() => Some(Value::from_serialize(
+                self.tool_calls.iter().map(ToolCall::to_json).collect::<Vec<_>>(),
+            )),
             _ => None,
         }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&["role", "content"])
+        if self.tool_calls.is_empty() {
+            Enumerator::Str(&["role", "content"])
+        } else {
+            Enumerator::Str(&["role", "content", "tool_calls"])
+        }
     }
 }
 
@@ -102,22 +122,29 @@ impl ChatTemplate {
             add_generation_prompt,
             bos_token,
             eos_token,
+            &[],
             &serde_json::Map::new(),
         )
     }
 
-    /// As [`ChatTemplate::render`], with `extra` variables for the template
-    /// (transformers' `apply_chat_template(**kwargs)`, e.g. `enable_thinking`);
-    /// they cannot replace `messages`, `add_generation_prompt` or the tokens.
+    /// As [`ChatTemplate::render`], with `tools` on offer (transformers'
+    /// `apply_chat_template(tools=...)`; none: `tools` is `none`) and
+    /// `extra` variables for the template (its `**kwargs`, e.g.
+    /// `enable_thinking`), which cannot replace the other variables.
     pub fn render_with(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         bos_token: &str,
         eos_token: &str,
+        tools: &[Tool],
         extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String> {
         let messages: Vec<Value> = messages.iter().map(|m| Value::from_object(m.clone())).collect();
+        let tools = match tools {
+            [] => Value::from(()),
+            tools => Value::from_serialize(tools.iter().map(Tool::to_json).collect::<Vec<_>>()),
+        };
         let template = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
         template
             .render(minijinja::context! {
@@ -125,7 +152,7 @@ impl ChatTemplate {
                 add_generation_prompt,
                 bos_token,
                 eos_token,
-                tools => Value::from(()),
+                tools,
                 documents => Value::from(()),
                 ..Value::from_serialize(extra)
             })

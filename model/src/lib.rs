@@ -1,7 +1,8 @@
 //! grpo-model: decoder-only language models on grpo-xla.
 //!
 //! Hugging Face configs, weights (safetensors and GGUF), tokenizers and
-//! chat templates, and the Llama / Qwen2 / Qwen3 decoders as traced programs.
+//! chat templates, tool calls in model text, and the Llama / Qwen2 / Qwen3
+//! decoders as traced programs.
 
 #![warn(missing_docs)]
 
@@ -17,6 +18,7 @@ pub mod logprobs;
 pub mod names;
 pub mod pretrained;
 pub mod tokenizer;
+pub mod tools;
 pub mod weights;
 
 pub use error::{Error, Result};

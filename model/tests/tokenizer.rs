@@ -1,10 +1,11 @@
 //! Tokenizers and chat templates against Hugging Face transformers: the
 //! SmolLM2 tokenizer rebuilt from its GGUF alone, a small tokenizer.json, the
-//! save round trip, and errors on bad input.
+//! save round trip, tools and tool calls in templates, and errors on bad input.
 //!
 //! Expected values come from `tools/make_tokenizer_fixtures.py` (transformers
-//! 5.24, loading the same GGUF).
+//! 5.24, loading the same GGUF) and `tools/make_tool_fixtures.py`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -12,6 +13,7 @@ use grpo_model::Error;
 use grpo_model::chat::{ChatMessage, ChatTemplate};
 use grpo_model::gguf::GgufFile;
 use grpo_model::tokenizer::{GgufTokenizerSpec, SpecialTokens, Tokenizer};
+use grpo_model::tools::{Tool, ToolCall, ToolCallFormat, parse_tool_calls};
 use serde::Deserialize;
 
 /// The SmolLM2 GGUF that `grpo setup` installs into the grpo cache.
@@ -356,14 +358,119 @@ fn extra_template_variables_reach_the_template_but_not_over_its_own() {
     let mut extra = serde_json::Map::new();
     extra.insert("enable_thinking".to_string(), serde_json::json!(true));
     assert_eq!(
-        template.render_with(&messages, false, "", "</s>", &extra).unwrap(),
+        template.render_with(&messages, false, "", "</s>", &[], &extra).unwrap(),
         "<think>hi</s>"
     );
     assert_eq!(template.render(&messages, false, "", "</s>").unwrap(), "hi</s>");
     extra.insert("eos_token".to_string(), serde_json::json!("X"));
     extra.insert("messages".to_string(), serde_json::json!([]));
     assert_eq!(
-        template.render_with(&messages, false, "", "</s>", &extra).unwrap(),
+        template.render_with(&messages, false, "", "</s>", &[], &extra).unwrap(),
         "<think>hi</s>"
     );
+}
+
+#[derive(Deserialize)]
+struct ToolsFixture {
+    bos_token: String,
+    eos_token: String,
+    templates: HashMap<String, String>,
+    tools: Vec<serde_json::Value>,
+    cases: Vec<ToolsCase>,
+}
+
+#[derive(Deserialize)]
+struct ToolsCase {
+    template: String,
+    messages: Vec<serde_json::Value>,
+    tools: bool,
+    add_generation_prompt: bool,
+    text: String,
+}
+
+/// A message in OpenAI's form (as transformers takes it), tool calls included.
+fn tool_message(message: &serde_json::Value) -> ChatMessage {
+    let calls = message["tool_calls"].as_array().map_or_else(Vec::new, |calls| {
+        calls
+            .iter()
+            .map(|call| ToolCall {
+                name: call["function"]["name"].as_str().unwrap().to_string(),
+                arguments: call["function"]["arguments"].as_object().unwrap().clone(),
+            })
+            .collect()
+    });
+    ChatMessage::new(message["role"].as_str().unwrap(), message["content"].as_str().unwrap()).with_tool_calls(calls)
+}
+
+/// Tools, assistant tool calls and tool results render as transformers
+/// renders them (`apply_chat_template(tools=...)`), keys in their order.
+#[test]
+fn tools_and_tool_calls_render_as_transformers() {
+    let fixture: ToolsFixture = read_fixture("tools_chat.json");
+    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/templates/chatml_tools.jinja")).unwrap();
+    assert_eq!(
+        source, fixture.templates["chatml_tools"],
+        "rerun tools/make_tool_fixtures.py"
+    );
+    let tools: Vec<Tool> = fixture
+        .tools
+        .iter()
+        .map(|tool| Tool {
+            name: tool["function"]["name"].as_str().unwrap().to_string(),
+            description: tool["function"]["description"].as_str().unwrap().to_string(),
+            parameters: tool["function"]["parameters"].clone(),
+        })
+        .collect();
+    assert_eq!(fixture.cases.len(), 32);
+    for case in &fixture.cases {
+        let template = ChatTemplate::new(fixture.templates[&case.template].clone()).unwrap();
+        let messages: Vec<ChatMessage> = case.messages.iter().map(tool_message).collect();
+        let offered = if case.tools { tools.as_slice() } else { &[] };
+        let rendered = template
+            .render_with(
+                &messages,
+                case.add_generation_prompt,
+                &fixture.bos_token,
+                &fixture.eos_token,
+                offered,
+                &serde_json::Map::new(),
+            )
+            .unwrap();
+        assert_eq!(
+            rendered,
+            case.text,
+            "{} template, {} messages",
+            case.template,
+            messages.len()
+        );
+        // What the template writes of a call, the parser reads back.
+        let format = ToolCallFormat::of_template(&fixture.templates[&case.template]);
+        for message in messages.iter().filter(|m| !m.tool_calls.is_empty()) {
+            let turn = parse_tool_calls(&assistant_turn(&rendered, message, format), format);
+            assert_eq!(turn.calls, message.tool_calls, "{}", case.template);
+            // Llama 3's turn is the calls alone; the test template drops the text.
+            let content = if format == ToolCallFormat::Hermes {
+                message.content.as_str()
+            } else {
+                ""
+            };
+            assert_eq!(turn.content, content);
+        }
+    }
+}
+
+/// The text of `message`'s turn in `rendered` (between its header and its end token).
+fn assistant_turn(rendered: &str, message: &ChatMessage, format: ToolCallFormat) -> String {
+    let (header, end) = match format {
+        ToolCallFormat::Hermes => ("<|im_start|>assistant", "<|im_end|>"),
+        ToolCallFormat::Llama3Json => ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+    };
+    let name = &message.tool_calls[0].name;
+    rendered
+        .split(header)
+        .skip(1)
+        .find(|turn| turn.contains(&format!("\"{name}\"")))
+        .and_then(|turn| turn.split(end).next())
+        .unwrap()
+        .to_string()
 }

@@ -117,6 +117,7 @@ impl ServedModel {
             add_generation_prompt,
             &token(special.bos),
             &token(special.eos),
+            &[],
             template_kwargs,
         )?;
         if !continue_final_message {

@@ -60,14 +60,27 @@ pub fn batch_input<T: NativeType>(client: &Client, mesh: &Mesh, data: &[T], dims
 pub struct TrainSample {
     /// The prompt's token ids (at least one).
     pub prompt: Vec<u32>,
-    /// The completion's token ids.
+    /// The token ids after the prompt: the model's own, and in a
+    /// multi-turn sample what came between its turns (tool results, the
+    /// next turn's header).
     pub completion: Vec<u32>,
-    /// The rollout engine's log-prob of each completion token.
+    /// Which completion tokens carry loss: the model's own (true), or the
+    /// tokens between its turns (false).
+    pub loss_mask: Vec<bool>,
+    /// The rollout engine's log-prob of each completion token (any value
+    /// where the mask is false).
     pub behaviour_logprobs: Vec<f32>,
     /// The sample's advantage.
     pub advantage: f32,
     /// Whether it counts (its reward was not skipped).
     pub valid: bool,
+}
+
+impl TrainSample {
+    /// Completion tokens that carry loss.
+    pub fn loss_tokens(&self) -> usize {
+        self.loss_mask.iter().filter(|&&m| m).count()
+    }
 }
 
 /// Whether and how far samples of one prompt may share a row.
@@ -240,15 +253,17 @@ pub fn pack_sharing(
             message: format!("a sequence has {longest} tokens, more than the {max_tokens} the learner takes"),
         });
     }
-    if let Some(bad) = rollouts
-        .iter()
-        .find(|r| r.prompt.is_empty() || r.behaviour_logprobs.len() != r.completion.len())
-    {
+    if let Some(bad) = rollouts.iter().find(|r| {
+        r.prompt.is_empty()
+            || r.behaviour_logprobs.len() != r.completion.len()
+            || r.loss_mask.len() != r.completion.len()
+    }) {
         return Err(Error::Groups {
             message: format!(
-                "a rollout has {} prompt tokens and {} log-probs for {} completion tokens",
+                "a rollout has {} prompt tokens, and {} log-probs and {} mask entries for {} completion tokens",
                 bad.prompt.len(),
                 bad.behaviour_logprobs.len(),
+                bad.loss_mask.len(),
                 bad.completion.len()
             ),
         });
@@ -277,7 +292,7 @@ pub fn pack_sharing(
         .map(|chunk| micro_batch(chunk, shape))
         .collect();
     let valid: Vec<&TrainSample> = rollouts.iter().filter(|r| r.valid).collect();
-    let tokens = valid.iter().map(|r| r.completion.len()).sum();
+    let tokens = valid.iter().map(|r| r.loss_tokens()).sum();
     Ok(StepBatch {
         micro_batches,
         normalizer: loss_type.normalizer(tokens, valid.len(), max_completion_len),
@@ -330,8 +345,8 @@ fn micro_batch(chunk: &[Vec<&TrainSample>], shape: MicroBatchShape) -> MicroBatc
                 b.attention[begin + j] = true;
             }
             let sample = row * k + slot;
-            for (j, &lp) in r.behaviour_logprobs.iter().enumerate() {
-                b.completion[sample * c + j] = if r.valid { 1.0 } else { 0.0 };
+            for (j, (&lp, &trained)) in r.behaviour_logprobs.iter().zip(&r.loss_mask).enumerate() {
+                b.completion[sample * c + j] = if r.valid && trained { 1.0 } else { 0.0 };
                 b.behaviour[sample * c + j] = lp;
             }
             b.advantages[sample] = if r.valid { r.advantage } else { 0.0 };

@@ -44,14 +44,8 @@ impl PromptEncoder {
         let (text, messages) = match prompt {
             Prompt::Text(text) => (text.clone(), Vec::new()),
             Prompt::Chat(turns) => {
-                let template = self.template.as_ref().ok_or_else(|| Error::Config {
-                    field: "data.prompt_column",
-                    message: "chat prompts need a tokenizer with a chat template".to_string(),
-                })?;
-                let special = self.tokenizer.special_tokens();
-                let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
                 let chat: Vec<ChatMessage> = turns.iter().map(|t| ChatMessage::new(&t.role, &t.content)).collect();
-                let text = template.render(&chat, true, &token(special.bos), &token(special.eos))?;
+                let text = self.render(&chat, true)?;
                 let messages = turns
                     .iter()
                     .map(|t| Message {
@@ -64,6 +58,28 @@ impl PromptEncoder {
         };
         let ids = self.tokenizer.encode(&text, true)?;
         Ok(EncodedPrompt { text, messages, ids })
+    }
+
+    /// `messages` rendered by the chat template (`add_generation_prompt`
+    /// appends the opening of the assistant's turn).
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let template = self.template.as_ref().ok_or_else(|| Error::Config {
+            field: "data.prompt_column",
+            message: "chat prompts need a tokenizer with a chat template".to_string(),
+        })?;
+        let special = self.tokenizer.special_tokens();
+        let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
+        Ok(template.render(
+            messages,
+            add_generation_prompt,
+            &token(special.bos),
+            &token(special.eos),
+        )?)
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 }
 

@@ -357,6 +357,7 @@ impl Task for GrpoTask {
             .map(|(i, (_, completion, prompt))| TrainSample {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
+                loss_mask: vec![true; completion.tokens.len()],
                 behaviour_logprobs: completion.logprobs.clone(),
                 advantage: adv.values[i],
                 valid: adv.valid[i],

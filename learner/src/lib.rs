@@ -17,7 +17,8 @@
 //! Tasks (what feeds the learner each step):
 //! - [`grpo`]: rollouts on the fleet → rewards → group advantages → the
 //!   GRPO step → new weights to the fleet.
-//! - [`sft`]: seeded batches of prompt/completion pairs, the eval loss.
+//! - [`sft`]: seeded batches of prompt/completion pairs (multi-turn
+//!   completions with loss on the assistant's turns), the eval loss.
 //!
 //! Their parts:
 //! - [`advantage`]: group-relative advantages from rewards (scaled by the
@@ -36,6 +37,8 @@
 //!   or on a thread that runs up to `max_staleness` steps ahead.
 //! - [`fleet`]: where rollouts come from — the in-process engine (weights
 //!   in memory) or rollout workers over gRPC (weights pushed in chunks).
+//! - [`conversation`]: a chat rendered turn by turn, each turn's ids
+//!   appended (several turns trained at once, loss on the assistant's).
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
 //!   resumable sampler over epochs.
 //! - [`schedule`]: learning-rate schedules (constant, linear, cosine; warm-up).
@@ -61,6 +64,7 @@ pub mod choices;
 pub mod collect;
 pub mod completion_logprobs;
 pub mod config;
+pub mod conversation;
 pub mod data;
 mod engine_copy;
 mod error;

@@ -3,6 +3,7 @@
 //! toward [`SftObjective`] (TRL `SFTTrainer`'s completion-only loss), and
 //! the eval loss on held-out pairs. Its config is [`crate::config::sft`].
 
+use grpo_model::chat::ChatMessage;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_xla::trace::{AdamW, Mesh};
@@ -13,7 +14,8 @@ use crate::batch::{StepBatch, TrainSample, batch_input, pack};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::collect::PromptEncoder;
 use crate::config::sft::SftRunConfig;
-use crate::data::{Example, PromptSampler, SamplerState};
+use crate::conversation::Conversation;
+use crate::data::{ChatTurn, Example, Prompt, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::learner::{Learner, Optimization, check_rows};
 use crate::loss::LossType;
@@ -21,6 +23,9 @@ use crate::metrics::metrics_of;
 use crate::objective::sft::SftObjective;
 use crate::schedule::Schedule;
 use crate::trainer::{LoopState, StepRecord, Task, Trainer};
+
+/// The role whose turns SFT trains on.
+const ASSISTANT: &str = "assistant";
 
 /// The settings of the SFT loop.
 #[derive(Debug, Clone)]
@@ -59,36 +64,54 @@ impl SftConfig {
 pub struct SftExample {
     /// The prompt's token ids (at least one).
     pub prompt: Vec<u32>,
-    /// The completion's token ids, EOS included (the tokens that are scored).
+    /// The completion's token ids: the assistant's turns, EOS included,
+    /// and in a multi-turn completion the turns between them.
     pub completion: Vec<u32>,
+    /// Which completion tokens are trained on (the assistant's).
+    pub loss_mask: Vec<bool>,
 }
 
-/// The completion text of `row`'s `column`: text, or chat turns whose
-/// contents are joined.
-fn completion_text(row: &Example, column: &str) -> Result<String> {
+impl SftExample {
+    /// Tokens trained on.
+    fn loss_tokens(&self) -> usize {
+        self.loss_mask.iter().filter(|&&m| m).count()
+    }
+}
+
+/// The completion column of `row`.
+enum CompletionColumn {
+    /// Text, trained on whole.
+    Text(String),
+    /// Chat turns.
+    Turns(Vec<ChatTurn>),
+}
+
+/// The completion of `row`'s `column`.
+fn read_completion(row: &Example, column: &str) -> Result<CompletionColumn> {
     let bad = |message: String| Error::Config {
         field: "data.completion_column",
         message: format!("row {}: {message}", row.index + 1),
     };
     match row.columns.get(column) {
-        Some(Value::String(text)) => Ok(text.clone()),
-        Some(Value::Array(turns)) => turns
-            .iter()
-            .map(|turn| {
-                turn.get("content")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad(format!("`{column}` turns need a text `content`")))
-            })
-            .collect(),
+        Some(Value::String(text)) => Ok(CompletionColumn::Text(text.clone())),
+        Some(turns @ Value::Array(_)) => serde_json::from_value(turns.clone())
+            .map(CompletionColumn::Turns)
+            .map_err(|e| bad(format!("`{column}` turns need a `role` and a text `content`: {e}"))),
         Some(_) => Err(bad(format!("`{column}` must be text or a list of chat turns"))),
         None => Err(bad(format!("no `{column}` column"))),
     }
 }
 
 /// Tokenizes `rows`: the prompt as `grpo run` renders it ([`PromptEncoder`]),
-/// the completion text without special tokens, then EOS; pairs longer than
-/// `max_length` lose the end of their completion (a prompt must leave room
-/// for one completion token).
+/// then the completion. A text completion (or chat turns after a text
+/// prompt: their contents joined) is tokenized without special tokens,
+/// EOS appended, and trained on whole. Chat turns after a chat prompt are
+/// rendered turn by turn ([`Conversation`]): the first must be the
+/// assistant's; only the assistant's turns are trained on, each up to and
+/// including its EOS (TRL's `assistant_only_loss`); the other turns and the
+/// template's turn headers are context. Pairs longer than `max_length`
+/// lose the end of their completion (a prompt must leave room for one
+/// trained token).
 pub fn encode_examples(
     tokenizer: &std::sync::Arc<Tokenizer>,
     rows: &[Example],
@@ -96,27 +119,88 @@ pub fn encode_examples(
     max_length: usize,
 ) -> Result<Vec<SftExample>> {
     let encoder = PromptEncoder::new(tokenizer.clone())?;
-    let eos = tokenizer.eos_id();
     rows.iter()
         .map(|row| {
-            let prompt = encoder.encode(&row.prompt)?.ids;
-            let mut completion = tokenizer.encode(&completion_text(row, completion_column)?, false)?;
-            completion.extend(eos);
-            if prompt.is_empty() || prompt.len() >= max_length || completion.is_empty() {
+            let bad = |message: String| Error::Config {
+                field: "data.completion_column",
+                message: format!("row {}: {message}", row.index + 1),
+            };
+            let (prompt, mut completion, mut loss_mask) = match (&row.prompt, read_completion(row, completion_column)?) {
+                (Prompt::Chat(prompt), CompletionColumn::Turns(turns)) => {
+                    encode_turns(&encoder, prompt, &turns).map_err(|e| match e {
+                        Error::Config { message, .. } => bad(message),
+                        other => other,
+                    })?
+                }
+                (prompt, completion) => {
+                    let text = match completion {
+                        CompletionColumn::Text(text) => text,
+                        CompletionColumn::Turns(turns) => turns.iter().map(|t| t.content.as_str()).collect(),
+                    };
+                    let mut ids = tokenizer.encode(&text, false)?;
+                    ids.extend(tokenizer.eos_id());
+                    let mask = vec![true; ids.len()];
+                    (encoder.encode(prompt)?.ids, ids, mask)
+                }
+            };
+            completion.truncate(max_length.saturating_sub(prompt.len()));
+            loss_mask.truncate(completion.len());
+            let example = SftExample {
+                prompt,
+                completion,
+                loss_mask,
+            };
+            if example.prompt.is_empty() || example.loss_tokens() == 0 {
                 return Err(Error::Config {
                     field: "trainer.max_length",
                     message: format!(
                         "row {}: a prompt of {} tokens and a completion of {} leave nothing to train on within {max_length} tokens",
                         row.index + 1,
-                        prompt.len(),
-                        completion.len()
+                        example.prompt.len(),
+                        example.completion.len()
                     ),
                 });
             }
-            completion.truncate(max_length - prompt.len());
-            Ok(SftExample { prompt, completion })
+            Ok(example)
         })
         .collect()
+}
+
+/// A chat prompt and its completion turns rendered turn by turn: the
+/// prompt's ids, the completion's, and which of those are trained on.
+fn encode_turns(
+    encoder: &PromptEncoder,
+    prompt: &[ChatTurn],
+    turns: &[ChatTurn],
+) -> Result<(Vec<u32>, Vec<u32>, Vec<bool>)> {
+    if turns.first().is_none_or(|t| t.role != ASSISTANT) {
+        return Err(Error::Config {
+            field: "data.completion_column",
+            message: "chat completions must start with an assistant turn".to_string(),
+        });
+    }
+    let message = |t: &ChatTurn| ChatMessage::new(&t.role, &t.content);
+    let mut conversation = Conversation::start(encoder, prompt.iter().map(message).collect(), true)?;
+    let prompt = conversation.ids().to_vec();
+    let eos = encoder.tokenizer().eos_id();
+    let (mut completion, mut mask) = (Vec::new(), Vec::new());
+    for (i, turn) in turns.iter().enumerate() {
+        let next_is_assistant = turns.get(i + 1).is_some_and(|t| t.role == ASSISTANT);
+        let ids = conversation.append(message(turn), next_is_assistant)?;
+        // The assistant writes its turn up to its EOS; what the template puts after is context.
+        let written = match (turn.role == ASSISTANT, eos) {
+            (false, _) => 0,
+            (true, Some(eos)) => ids.iter().position(|&id| id == eos).map_or(ids.len(), |at| at + 1),
+            (true, None) => ids.len(),
+        };
+        mask.extend((0..ids.len()).map(|j| j < written));
+        completion.extend(ids);
+    }
+    // Nothing is trained after the last assistant token.
+    let end = mask.iter().rposition(|&m| m).map_or(0, |last| last + 1);
+    completion.truncate(end);
+    mask.truncate(end);
+    Ok((prompt, completion, mask))
 }
 
 /// Packs `examples` into micro-batches of `rows` rows (the layout of
@@ -127,6 +211,7 @@ pub fn pack_examples(examples: &[SftExample], rows: usize, max_tokens: usize) ->
         .map(|e| TrainSample {
             prompt: e.prompt.clone(),
             completion: e.completion.clone(),
+            loss_mask: e.loss_mask.clone(),
             behaviour_logprobs: vec![0.0; e.completion.len()],
             advantage: 0.0,
             valid: true,
@@ -282,7 +367,7 @@ impl Task for SftTask {
 }
 
 impl SftTask {
-    /// The mean NLL of `examples`' completion tokens under `params` on the
+    /// The mean NLL of `examples`' trained completion tokens under `params` on the
     /// client's first device (the log-prob program, `micro_batch_rows`
     /// pairs at a time).
     pub fn score(&self, params: &[&Buffer], examples: &[SftExample]) -> Result<SftEval> {
@@ -300,9 +385,11 @@ impl SftTask {
                 let first = e.prompt.len() - 1;
                 nll -= s.logprobs[first..first + e.completion.len()]
                     .iter()
-                    .map(|&x| f64::from(x))
+                    .zip(&e.loss_mask)
+                    .filter(|(_, trained)| **trained)
+                    .map(|(&x, _)| f64::from(x))
                     .sum::<f64>();
-                tokens += e.completion.len();
+                tokens += e.loss_tokens();
             }
         }
         Ok(SftEval {

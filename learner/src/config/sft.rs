@@ -44,8 +44,9 @@ pub struct SftDataSection {
     /// chat template and its generation prompt). Default "prompt".
     #[serde(default = "default_prompt_column")]
     pub prompt_column: String,
-    /// The column holding the completion (text, or assistant turns whose
-    /// contents are joined). Default "completion".
+    /// The column holding the completion: text, or chat turns (after a
+    /// chat prompt rendered turn by turn, loss on the assistant's turns
+    /// only; after a text prompt their contents joined). Default "completion".
     #[serde(default = "default_completion_column")]
     pub completion_column: String,
     /// Rows held out for the eval loss. Default 0.

@@ -1,0 +1,64 @@
+//! A chat rendered turn by turn, as training on several turns needs it:
+//! each new turn's text is what the chat template adds to the conversation
+//! so far, tokenized on its own and appended. The ids of earlier turns
+//! never change, so the ids trained on are the ids the model read or
+//! wrote; a template that would change the text of earlier turns when a
+//! new one follows (some drop earlier reasoning) is refused, naming the
+//! turn, instead of silently training on other ids.
+
+use grpo_model::chat::ChatMessage;
+
+use crate::collect::PromptEncoder;
+use crate::error::{Error, Result};
+
+/// A conversation being rendered turn by turn.
+pub struct Conversation<'a> {
+    encoder: &'a PromptEncoder,
+    messages: Vec<ChatMessage>,
+    /// The template's text of `messages` (and the generation prompt, if asked).
+    rendered: String,
+    /// The token ids of `rendered`.
+    ids: Vec<u32>,
+}
+
+impl<'a> Conversation<'a> {
+    /// `messages` rendered and tokenized as a prompt (special tokens such
+    /// as BOS added), the assistant's turn opened when `generation_prompt`.
+    pub fn start(encoder: &'a PromptEncoder, messages: Vec<ChatMessage>, generation_prompt: bool) -> Result<Self> {
+        let rendered = encoder.render(&messages, generation_prompt)?;
+        let ids = encoder.tokenizer().encode(&rendered, true)?;
+        Ok(Conversation {
+            encoder,
+            messages,
+            rendered,
+            ids,
+        })
+    }
+
+    /// Appends `message` (and after it the opening of the assistant's
+    /// turn when `generation_prompt`); returns the ids it added.
+    pub fn append(&mut self, message: ChatMessage, generation_prompt: bool) -> Result<Vec<u32>> {
+        let role = message.role.clone();
+        self.messages.push(message);
+        let rendered = self.encoder.render(&self.messages, generation_prompt)?;
+        let Some(added) = rendered.strip_prefix(self.rendered.as_str()) else {
+            return Err(Error::Config {
+                field: "model.chat_template",
+                message: format!(
+                    "the chat template renders the turns before turn {} ({role}) differently once it follows; \
+                     grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
+                    self.messages.len()
+                ),
+            });
+        };
+        let ids = self.encoder.tokenizer().encode(added, false)?;
+        self.ids.extend(&ids);
+        self.rendered = rendered;
+        Ok(ids)
+    }
+
+    /// Every token id so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+}

@@ -11,7 +11,7 @@ use grpo_reward::{Message, RewardPool, Sample, Total};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 
-use crate::data::{Example, Prompt};
+use crate::data::{ChatTurn, Example, Prompt};
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 
@@ -44,13 +44,13 @@ impl PromptEncoder {
         let (text, messages) = match prompt {
             Prompt::Text(text) => (text.clone(), Vec::new()),
             Prompt::Chat(turns) => {
-                let chat: Vec<ChatMessage> = turns.iter().map(|t| ChatMessage::new(&t.role, &t.content)).collect();
+                let chat: Vec<ChatMessage> = turns.iter().map(ChatTurn::message).collect();
                 let text = self.render(&chat, true)?;
                 let messages = turns
                     .iter()
                     .map(|t| Message {
                         role: t.role.clone(),
-                        content: t.content.clone(),
+                        content: t.text().to_string(),
                     })
                     .collect();
                 (text, messages)

@@ -77,6 +77,7 @@ impl ConfigFile for RunConfig {
     }
 
     fn rebase(&mut self, base: &Path) {
+        self.model.rebase(base);
         self.data.path = base.join(&self.data.path);
         if let Some(path) = &self.data.eval_path {
             self.data.eval_path = Some(base.join(path));

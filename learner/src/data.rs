@@ -1,5 +1,7 @@
 //! Prompts for training: a JSONL file of rows, one column holding the
-//! prompt (text, or a chat list of `{role, content}`), every other column
+//! prompt (text, or a chat list of turns in OpenAI's form: `{role,
+//! content}`, an assistant turn's `tool_calls`, a tool turn's
+//! `tool_call_id`; other keys are refused), every other column
 //! kept for the rewards (e.g. `answer`); a held-out eval split; and a
 //! seeded sampler over epochs whose position can be saved and restored.
 //!
@@ -10,17 +12,130 @@
 use std::io::BufRead;
 use std::path::Path;
 
+use grpo_model::chat::ChatMessage;
+use grpo_model::tools::ToolCall;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
-/// A chat turn.
+/// A chat turn, in OpenAI's form.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChatTurn {
-    /// `system`, `user`, `assistant`, …
+    /// `system`, `user`, `assistant`, `tool`, …
     pub role: String,
-    /// The text.
-    pub content: String,
+    /// The text (absent or null only in an assistant turn that calls tools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// An assistant turn's tool calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<TurnToolCall>,
+    /// A tool turn's answer to this call id (kept, not rendered by most templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatTurn {
+    /// A turn of `role` saying `content`.
+    pub fn new(role: &str, content: &str) -> ChatTurn {
+        ChatTurn {
+            role: role.to_string(),
+            content: Some(content.to_string()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+
+    /// The text (empty when there is none).
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or_default()
+    }
+
+    /// Why `turns` cannot be rendered: a turn without a text `content`
+    /// that is not an assistant turn calling tools.
+    pub fn check_all(turns: &[ChatTurn]) -> std::result::Result<(), String> {
+        match turns
+            .iter()
+            .position(|t| t.content.is_none() && (t.role != "assistant" || t.tool_calls.is_empty()))
+        {
+            Some(i) => Err(format!(
+                "turn {} ({}) has no text `content` (only an assistant turn with tool_calls may leave it out)",
+                i + 1,
+                turns[i].role
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The turn as the chat template renders it.
+    pub fn message(&self) -> ChatMessage {
+        let calls = self
+            .tool_calls
+            .iter()
+            .map(|call| ToolCall {
+                name: call.function.name.clone(),
+                arguments: call.function.arguments.clone(),
+            })
+            .collect();
+        ChatMessage::new(&self.role, self.text()).with_tool_calls(calls)
+    }
+}
+
+/// A tool call in an assistant turn: `{"type": "function", "function":
+/// {"name", "arguments"}}` (an `id` is kept).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnToolCall {
+    /// The call's id, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Always `function`.
+    #[serde(rename = "type", default = "function_type", deserialize_with = "function_only")]
+    pub kind: String,
+    /// The tool called and its arguments.
+    pub function: TurnFunction,
+}
+
+/// The function a [`TurnToolCall`] calls.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnFunction {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments: a JSON object, or (as OpenAI's API sends them) a
+    /// string holding one.
+    #[serde(deserialize_with = "object_or_json_string")]
+    pub arguments: Map<String, Value>,
+}
+
+fn function_type() -> String {
+    "function".to_string()
+}
+
+fn function_only<'de, D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<String, D::Error> {
+    let kind = String::deserialize(deserializer)?;
+    if kind != "function" {
+        return Err(serde::de::Error::custom(format!(
+            "a tool call's type is `function`, not `{kind}`"
+        )));
+    }
+    Ok(kind)
+}
+
+fn object_or_json_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Map<String, Value>, D::Error> {
+    let not_object =
+        || serde::de::Error::custom("a tool call's `arguments` must be a JSON object (or a string of one)");
+    match Value::deserialize(deserializer)? {
+        Value::Object(arguments) => Ok(arguments),
+        Value::String(text) => match serde_json::from_str(&text) {
+            Ok(Value::Object(arguments)) => Ok(arguments),
+            _ => Err(not_object()),
+        },
+        _ => Err(not_object()),
+    }
 }
 
 /// A row's prompt.
@@ -65,12 +180,18 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
         };
         let prompt = match columns.remove(prompt_column) {
             Some(Value::String(text)) => Prompt::Text(text),
-            Some(chat @ Value::Array(_)) => Prompt::Chat(serde_json::from_value(chat).map_err(|e| {
-                fail(
-                    number + 1,
-                    format!("`{prompt_column}` as chat turns ({{role, content}}): {e}"),
-                )
-            })?),
+            Some(chat @ Value::Array(_)) => {
+                let turns: Vec<ChatTurn> = serde_json::from_value(chat)
+                    .map_err(|e| e.to_string())
+                    .and_then(|turns: Vec<ChatTurn>| ChatTurn::check_all(&turns).map(|()| turns))
+                    .map_err(|e| {
+                        fail(
+                            number + 1,
+                            format!("`{prompt_column}` as chat turns ({{role, content, tool_calls}}): {e}"),
+                        )
+                    })?;
+                Prompt::Chat(turns)
+            }
             Some(_) => {
                 return Err(fail(
                     number + 1,
@@ -99,21 +220,12 @@ pub fn to_chat(examples: Vec<Example>, as_chat: bool, system: Option<&str>) -> V
         .into_iter()
         .map(|mut example| {
             if as_chat && let Prompt::Text(text) = &example.prompt {
-                example.prompt = Prompt::Chat(vec![ChatTurn {
-                    role: "user".to_string(),
-                    content: text.clone(),
-                }]);
+                example.prompt = Prompt::Chat(vec![ChatTurn::new("user", text)]);
             }
             if let (Some(system), Prompt::Chat(turns)) = (system, &mut example.prompt)
                 && turns.first().is_none_or(|t| t.role != "system")
             {
-                turns.insert(
-                    0,
-                    ChatTurn {
-                        role: "system".to_string(),
-                        content: system.to_string(),
-                    },
-                );
+                turns.insert(0, ChatTurn::new("system", system));
             }
             example
         })

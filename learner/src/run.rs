@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use grpo_model::chat::ChatTemplate;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
@@ -31,7 +32,7 @@ use crate::checkpoint::{self, LoadedCheckpoint, save_model};
 use crate::choices::{self, ChoiceRecord, ChoiceRequest};
 use crate::collect::PromptEncoder;
 use crate::config::sft::SftRunConfig;
-use crate::config::{CheckpointSection, RunConfig};
+use crate::config::{CheckpointSection, ModelSection, RunConfig};
 use crate::data::{Example, load_jsonl, split};
 use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
@@ -63,19 +64,35 @@ struct Start {
     checkpoint: Option<Resumed>,
 }
 
+/// The chat template file at `path`, checked to compile.
+fn read_chat_template(path: &Path) -> Result<String> {
+    let bad = |message: String| Error::Config {
+        field: "model.chat_template",
+        message: format!("{}: {message}", path.display()),
+    };
+    let source = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot read it: {e}")))?;
+    ChatTemplate::new(source.as_str()).map_err(|e| bad(format!("not a valid chat template: {e}")))?;
+    Ok(source)
+}
+
 /// A checkpoint read back: its folder, weights and training state.
 type Resumed = (PathBuf, Box<dyn WeightSource>, LoadedCheckpoint);
 
 impl Start {
     /// Opens model `name` for a run in `out`, and with `resume` the newest
     /// readable checkpoint there (refusing a new run in a folder that holds one).
-    fn open(name: &str, out: &Path, resume: bool) -> Result<Start> {
+    fn open(section: &ModelSection, out: &Path, resume: bool) -> Result<Start> {
+        let name = section.name.as_str();
         let candidates = resume_candidates(out, resume)?;
         let model = Pretrained::open(name)?;
-        let tokenizer = Arc::new(model.tokenizer.clone().ok_or_else(|| Error::Config {
+        let mut tokenizer = model.tokenizer.clone().ok_or_else(|| Error::Config {
             field: "model.name",
             message: format!("`{name}` has no tokenizer: use a folder with tokenizer.json, or a GGUF file"),
-        })?);
+        })?;
+        if let Some(path) = &section.chat_template {
+            tokenizer = tokenizer.with_chat_template(read_chat_template(path)?);
+        }
+        let tokenizer = Arc::new(tokenizer);
         let checkpoint = Start::first_readable(&model, name, candidates)?;
         Ok(Start {
             model,
@@ -248,7 +265,7 @@ impl Run<GrpoTask> {
     pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
         let plan = FleetPlan::of(&config.rollout);
         let out = config.logging.out.clone();
-        let start = Start::open(&config.model.name, &out, resume)?;
+        let start = Start::open(&config.model, &out, resume)?;
         let (train, eval) = config.data.load()?;
         let (r, t) = (&config.rollout, &config.trainer);
         let max_model_len = r.max_model_len.min(start.model.config.max_positions);
@@ -332,7 +349,7 @@ impl Run<SftTask> {
         let mut sft = SftConfig::of(config);
         warn_if_cut_short(&sft.schedule);
         let out = config.logging.out.clone();
-        let start = Start::open(&config.model.name, &out, resume)?;
+        let start = Start::open(&config.model, &out, resume)?;
         sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let rows = load_jsonl(&config.data.path, &config.data.prompt_column)?;
         let (train, eval) = split(rows, config.data.eval_size, config.data.seed)?;
@@ -486,7 +503,26 @@ impl<T: Task> RunContext for Run<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::engine_context;
+    use super::{engine_context, read_chat_template};
+
+    #[test]
+    fn a_chat_template_file_must_read_and_compile() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.jinja");
+        std::fs::write(&good, "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+        assert!(read_chat_template(&good).unwrap().starts_with("{% for"));
+        let bad = dir.path().join("bad.jinja");
+        std::fs::write(&bad, "{% for m in messages %}").unwrap();
+        let missing = dir.path().join("missing.jinja");
+        for (path, needle) in [(&bad, "not a valid chat template"), (&missing, "cannot read it")] {
+            let message = read_chat_template(path).unwrap_err().to_string();
+            assert!(
+                message.contains("model.chat_template") && message.contains(&path.display().to_string()),
+                "{message}"
+            );
+            assert!(message.contains(needle), "{message}");
+        }
+    }
 
     #[test]
     fn the_engine_context_is_the_need_rounded_up_to_a_power_of_two_within_the_limit() {

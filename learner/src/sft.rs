@@ -3,7 +3,6 @@
 //! toward [`SftObjective`] (TRL `SFTTrainer`'s completion-only loss), and
 //! the eval loss on held-out pairs. Its config is [`crate::config::sft`].
 
-use grpo_model::chat::ChatMessage;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_xla::trace::{AdamW, Mesh};
@@ -95,8 +94,9 @@ fn read_completion(row: &Example, column: &str) -> Result<CompletionColumn> {
     match row.columns.get(column) {
         Some(Value::String(text)) => Ok(CompletionColumn::Text(text.clone())),
         Some(turns @ Value::Array(_)) => serde_json::from_value(turns.clone())
-            .map(CompletionColumn::Turns)
-            .map_err(|e| bad(format!("`{column}` turns need a `role` and a text `content`: {e}"))),
+            .map_err(|e| e.to_string())
+            .and_then(|turns: Vec<ChatTurn>| ChatTurn::check_all(&turns).map(|()| CompletionColumn::Turns(turns)))
+            .map_err(|e| bad(format!("`{column}` as chat turns ({{role, content, tool_calls}}): {e}"))),
         Some(_) => Err(bad(format!("`{column}` must be text or a list of chat turns"))),
         None => Err(bad(format!("no `{column}` column"))),
     }
@@ -135,7 +135,7 @@ pub fn encode_examples(
                 (prompt, completion) => {
                     let text = match completion {
                         CompletionColumn::Text(text) => text,
-                        CompletionColumn::Turns(turns) => turns.iter().map(|t| t.content.as_str()).collect(),
+                        CompletionColumn::Turns(turns) => turns.iter().map(ChatTurn::text).collect(),
                     };
                     let mut ids = tokenizer.encode(&text, false)?;
                     ids.extend(tokenizer.eos_id());
@@ -179,14 +179,13 @@ fn encode_turns(
             message: "chat completions must start with an assistant turn".to_string(),
         });
     }
-    let message = |t: &ChatTurn| ChatMessage::new(&t.role, &t.content);
-    let mut conversation = Conversation::start(encoder, prompt.iter().map(message).collect(), true)?;
+    let mut conversation = Conversation::start(encoder, prompt.iter().map(ChatTurn::message).collect(), true)?;
     let prompt = conversation.ids().to_vec();
     let eos = encoder.tokenizer().eos_id();
     let (mut completion, mut mask) = (Vec::new(), Vec::new());
     for (i, turn) in turns.iter().enumerate() {
         let next_is_assistant = turns.get(i + 1).is_some_and(|t| t.role == ASSISTANT);
-        let ids = conversation.append(message(turn), next_is_assistant)?;
+        let ids = conversation.append(turn.message(), next_is_assistant)?;
         // The assistant writes its turn up to its EOS; what the template puts after is context.
         let written = match (turn.role == ASSISTANT, eos) {
             (false, _) => 0,

@@ -81,6 +81,18 @@ fn the_fleet_is_the_in_process_engine_unless_workers_or_a_registry_are_given() {
 }
 
 #[test]
+fn a_chat_template_file_is_relative_to_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let text = "[model]\nname = \"m\"\nchat_template = \"tools.jinja\"\n[data]\npath = \"d.jsonl\"\n";
+    std::fs::write(&path, text).unwrap();
+    let config = RunConfig::from_file(&path).unwrap();
+    assert_eq!(config.model.chat_template, Some(dir.path().join("tools.jinja")));
+    std::fs::write(&path, "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n").unwrap();
+    assert_eq!(RunConfig::from_file(&path).unwrap().model.chat_template, None);
+}
+
+#[test]
 fn the_gsm8k_example_reads_chat_prompts_and_scores_reference_solutions() {
     use grpo_learner::data::Prompt;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gsm8k/config.toml");
@@ -92,7 +104,7 @@ fn the_gsm8k_example_reads_chat_prompts_and_scores_reference_solutions() {
     };
     let roles: Vec<&str> = turns.iter().map(|t| t.role.as_str()).collect();
     assert_eq!(roles, ["system", "user"]);
-    assert!(turns[1].content.starts_with("Natalia sold clips"));
+    assert!(turns[1].text().starts_with("Natalia sold clips"));
 
     let text = std::fs::read_to_string(&path).unwrap();
     let pool = grpo_reward::RewardsConfig::from_toml_str(&text)

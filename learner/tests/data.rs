@@ -38,7 +38,7 @@ fn chat_prompts_and_errors_that_name_the_line() {
     ]);
     let rows = load_jsonl(file.path(), "prompt").unwrap();
     assert_eq!(rows.len(), 2);
-    assert!(matches!(&rows[0].prompt, Prompt::Chat(turns) if turns[0].content == "2 + 3?"));
+    assert!(matches!(&rows[0].prompt, Prompt::Chat(turns) if turns[0].text() == "2 + 3?"));
     for (lines, needle) in [
         (vec![r#"{"prompt": "a"}"#, "not json"], ":2: not JSON"),
         (vec![r#"{"question": "a"}"#], ":1: no `prompt` column"),

@@ -376,9 +376,65 @@ fn multi_turn_completions_train_on_the_assistants_turns_only() {
     )];
     let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
     assert!(
-        error.to_string().contains("need a `role` and a text `content`"),
+        error.to_string().contains("turn 1 (assistant) has no text `content`"),
         "{error}"
     );
+    let rows = vec![chat_row(
+        serde_json::json!([{"role": "user", "content": "hi"}]),
+        serde_json::json!([{"role": "assistant", "content": "ok", "name": "bot"}]),
+    )];
+    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
+    assert!(error.to_string().contains("unknown field `name`"), "{error}");
+}
+
+/// Tool calls in OpenAI's form (arguments as an object or a JSON string)
+/// are rendered by a template that knows them, and trained on as the
+/// assistant's text.
+#[test]
+fn tool_calls_in_completions_render_through_the_template() {
+    let template = std::fs::read_to_string(fixtures().join("../../templates/chatml_tools.jinja")).unwrap();
+    let tokenizer = Tokenizer::from_file(fixtures().join("tokenizer/tiny/tokenizer.json")).unwrap();
+    let tokenizer = Arc::new(tokenizer.with_chat_template(template));
+    let call = |arguments: serde_json::Value| {
+        serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "calculate", "arguments": arguments}}
+        ]})
+    };
+    let trained_text =
+        "<tool_call>\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"12*34\"}}\n</tool_call><|im_end|>";
+    for arguments in [
+        serde_json::json!({"expression": "12*34"}),
+        serde_json::json!("{\"expression\": \"12*34\"}"),
+    ] {
+        let completion = serde_json::json!([
+            call(arguments),
+            {"role": "tool", "tool_call_id": "c1", "content": "408"},
+            {"role": "assistant", "content": "408"},
+        ]);
+        let rows = vec![chat_row(
+            serde_json::json!([{"role": "user", "content": "12*34?"}]),
+            completion,
+        )];
+        let [example] = encode_examples(&tokenizer, &rows, "completion", 256)
+            .unwrap()
+            .try_into()
+            .unwrap();
+        let first: Vec<u32> = example
+            .completion
+            .iter()
+            .zip(&example.loss_mask)
+            .take_while(|(_, trained)| **trained)
+            .map(|(&id, _)| id)
+            .collect();
+        assert_eq!(tokenizer.decode(&first, false).unwrap(), trained_text);
+    }
+    let bad = call(serde_json::json!("12*34"));
+    let rows = vec![chat_row(
+        serde_json::json!([{"role": "user", "content": "q"}]),
+        serde_json::json!([bad]),
+    )];
+    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
+    assert!(error.to_string().contains("must be a JSON object"), "{error}");
 }
 
 #[test]

@@ -197,6 +197,12 @@ impl Tokenizer {
         self.chat_template.as_deref()
     }
 
+    /// The same tokenizer with `source` as its chat template (saved with it).
+    pub fn with_chat_template(mut self, source: String) -> Tokenizer {
+        self.chat_template = Some(source);
+        self
+    }
+
     /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir` (created
     /// if missing), a folder transformers' `AutoTokenizer.from_pretrained` loads.
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {

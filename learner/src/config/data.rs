@@ -13,6 +13,20 @@ use crate::error::Result;
 pub struct ModelSection {
     /// A model folder, a .gguf file, or `smollm2-135m-instruct`. Required.
     pub name: String,
+    /// A Jinja chat template file used instead of the model's own (for
+    /// instance one that renders `tools`), relative to the config file; it
+    /// is saved with the trained model. Default: the model's.
+    #[serde(default)]
+    pub chat_template: Option<PathBuf>,
+}
+
+impl ModelSection {
+    /// The chat template file's path relative to `base`.
+    pub fn rebase(&mut self, base: &Path) {
+        if let Some(path) = &self.chat_template {
+            self.chat_template = Some(base.join(path));
+        }
+    }
 }
 
 /// `[data]`.

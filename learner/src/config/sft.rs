@@ -159,6 +159,7 @@ impl ConfigFile for SftRunConfig {
     }
 
     fn rebase(&mut self, base: &Path) {
+        self.model.rebase(base);
         self.data.path = base.join(&self.data.path);
         self.logging.out = base.join(&self.logging.out);
     }

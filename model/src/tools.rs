@@ -114,10 +114,8 @@ pub enum ToolCallEvent {
 pub struct ParsedTurn {
     /// The text outside the calls, trimmed of surrounding whitespace.
     pub content: String,
-    /// The well-formed calls, in order.
-    pub calls: Vec<ToolCall>,
-    /// The malformed ones, in order.
-    pub malformed: Vec<MalformedCall>,
+    /// Every call in order, well-formed or not.
+    pub calls: Vec<Result<ToolCall, MalformedCall>>,
 }
 
 /// Parses a whole assistant turn.
@@ -135,12 +133,22 @@ impl ParsedTurn {
         for event in events {
             match event {
                 ToolCallEvent::Content(text) => turn.content.push_str(&text),
-                ToolCallEvent::Call(call) => turn.calls.push(call),
-                ToolCallEvent::Malformed(call) => turn.malformed.push(call),
+                ToolCallEvent::Call(call) => turn.calls.push(Ok(call)),
+                ToolCallEvent::Malformed(call) => turn.calls.push(Err(call)),
             }
         }
         turn.content = turn.content.trim().to_string();
         turn
+    }
+
+    /// The well-formed calls, in order.
+    pub fn well_formed(&self) -> Vec<&ToolCall> {
+        self.calls.iter().filter_map(|c| c.as_ref().ok()).collect()
+    }
+
+    /// The malformed calls, in order.
+    pub fn malformed(&self) -> Vec<&MalformedCall> {
+        self.calls.iter().filter_map(|c| c.as_ref().err()).collect()
     }
 }
 
@@ -368,11 +376,10 @@ mod tests {
         assert_eq!(
             turn.calls,
             [
-                call("calculate", json!({"expression": "12*34"})),
-                call("lookup", json!({"key": "π", "exact": true}))
+                Ok(call("calculate", json!({"expression": "12*34"}))),
+                Ok(call("lookup", json!({"key": "π", "exact": true})))
             ]
         );
-        assert!(turn.malformed.is_empty());
         same_when_streamed(text, ToolCallFormat::Hermes);
     }
 
@@ -410,8 +417,7 @@ mod tests {
         ];
         for (text, needle) in cases {
             let turn = parse_tool_calls(&format!("ok {text} then"), ToolCallFormat::Hermes);
-            assert!(turn.calls.is_empty(), "{text}");
-            let [bad] = turn.malformed.as_slice() else {
+            let [Err(bad)] = turn.calls.as_slice() else {
                 panic!("{text}: {turn:?}")
             };
             assert!(bad.reason.contains(needle), "{text}: {}", bad.reason);
@@ -426,7 +432,10 @@ mod tests {
             "<tool_call>{oops}</tool_call><tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
             ToolCallFormat::Hermes,
         );
-        assert_eq!((turn.malformed.len(), turn.calls), (1, vec![call("f", json!({}))]));
+        assert_eq!(
+            (turn.malformed().len(), turn.well_formed()),
+            (1, vec![&call("f", json!({}))])
+        );
     }
 
     #[test]
@@ -438,8 +447,8 @@ mod tests {
             (
                 "",
                 vec![
-                    call("calculate", json!({"expression": "7/8"})),
-                    call("f", json!({"a": [1]}))
+                    Ok(call("calculate", json!({"expression": "7/8"}))),
+                    Ok(call("f", json!({"a": [1]})))
                 ]
             )
         );
@@ -453,11 +462,11 @@ mod tests {
             "{\"name\": \"f\", \"parameters\": {}}; {\"name\": ",
             ToolCallFormat::Llama3Json,
         );
-        assert_eq!(turn.calls, [call("f", json!({}))]);
-        assert!(turn.malformed[0].reason.contains("not valid JSON"), "{turn:?}");
+        assert_eq!(turn.well_formed(), [&call("f", json!({}))]);
+        assert!(turn.malformed()[0].reason.contains("not valid JSON"), "{turn:?}");
         let turn = parse_tool_calls("{\"name\": \"f\"}", ToolCallFormat::Llama3Json);
         assert!(
-            turn.malformed[0].reason.contains("no \"parameters\" object"),
+            turn.malformed()[0].reason.contains("no \"parameters\" object"),
             "{turn:?}"
         );
     }

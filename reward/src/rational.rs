@@ -19,6 +19,23 @@ fn gcd(mut a: i128, mut b: i128) -> i128 {
 
 const OVERFLOW: Error = Error::Arithmetic("overflow");
 
+/// An integer, the exact decimal when the denominator divides a power of
+/// ten (`0.875`, `-16.8`), else the reduced fraction (`-1/3`).
+impl std::fmt::Display for Rational {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.den == 1 {
+            return write!(f, "{}", self.num);
+        }
+        match self.decimal() {
+            Some((whole, fraction, digits)) => {
+                let sign = if self.num < 0 { "-" } else { "" };
+                write!(f, "{sign}{whole}.{fraction:0digits$}")
+            }
+            None => write!(f, "{}/{}", self.num, self.den),
+        }
+    }
+}
+
 impl Rational {
     /// `num / den`, reduced; errors when `den` is 0.
     pub fn new(num: i128, den: i128) -> Result<Self> {
@@ -60,6 +77,27 @@ impl Rational {
             den = den.checked_mul(10).ok_or(OVERFLOW)?;
         }
         Self::new(if negative { -num } else { num }, den)
+    }
+
+    /// `|self|` as `whole.fraction` with `digits` fraction digits, when the
+    /// denominator divides a power of ten that fits.
+    fn decimal(self) -> Option<(u128, u128, usize)> {
+        let (mut rest, mut twos, mut fives) = (self.den, 0u32, 0u32);
+        while rest % 2 == 0 {
+            rest /= 2;
+            twos += 1;
+        }
+        while rest % 5 == 0 {
+            rest /= 5;
+            fives += 1;
+        }
+        if rest != 1 {
+            return None;
+        }
+        let digits = twos.max(fives);
+        let unit = 10u128.checked_pow(digits)?;
+        let scaled = self.num.unsigned_abs().checked_mul(unit / self.den.unsigned_abs())?;
+        Some((scaled / unit, scaled % unit, digits as usize))
     }
 
     /// The numerator.
@@ -121,5 +159,29 @@ impl Rational {
         } else {
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rational;
+
+    #[test]
+    fn display_is_exact() {
+        for (num, den, want) in [
+            (408, 1, "408"),
+            (-3, 1, "-3"),
+            (7, 8, "0.875"),
+            (-84, 5, "-16.8"),
+            (1, 20, "0.05"),
+            (-1, 3, "-1/3"),
+            (5, 6, "5/6"),
+            (1, 1024, "0.0009765625"),
+        ] {
+            assert_eq!(Rational::new(num, den).unwrap().to_string(), want, "{num}/{den}");
+        }
+        // A power of ten past u128 leaves the fraction.
+        let tiny = Rational::new(1, 1 << 126).unwrap();
+        assert_eq!(tiny.to_string(), format!("1/{}", 1i128 << 126));
     }
 }

@@ -38,16 +38,16 @@ impl<'a> Conversation<'a> {
     /// Appends `message` (and after it the opening of the assistant's
     /// turn when `generation_prompt`); returns the ids it added.
     pub fn append(&mut self, message: ChatMessage, generation_prompt: bool) -> Result<Vec<u32>> {
-        let role = message.role.clone();
         self.messages.push(message);
         let rendered = self.encoder.render(&self.messages, generation_prompt)?;
         let Some(added) = rendered.strip_prefix(self.rendered.as_str()) else {
             return Err(Error::Config {
                 field: "model.chat_template",
                 message: format!(
-                    "the chat template renders the turns before turn {} ({role}) differently once it follows; \
+                    "the chat template renders the turns before turn {} ({}) differently once it follows; \
                      grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
-                    self.messages.len()
+                    self.messages.len(),
+                    self.messages[self.messages.len() - 1].role
                 ),
             });
         };

@@ -52,9 +52,11 @@ impl ChatTurn {
         self.content.as_deref().unwrap_or_default()
     }
 
-    /// Why `turns` cannot be rendered: a turn without a text `content`
-    /// that is not an assistant turn calling tools.
-    pub fn check_all(turns: &[ChatTurn]) -> std::result::Result<(), String> {
+    /// A JSON list of turns, or why it is not one: unknown keys, and a turn
+    /// without a text `content` that is not an assistant turn calling tools,
+    /// are refused.
+    pub fn parse_all(value: Value) -> std::result::Result<Vec<ChatTurn>, String> {
+        let turns: Vec<ChatTurn> = serde_json::from_value(value).map_err(|e| e.to_string())?;
         match turns
             .iter()
             .position(|t| t.content.is_none() && (t.role != "assistant" || t.tool_calls.is_empty()))
@@ -64,7 +66,7 @@ impl ChatTurn {
                 i + 1,
                 turns[i].role
             )),
-            None => Ok(()),
+            None => Ok(turns),
         }
     }
 
@@ -181,15 +183,12 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
         let prompt = match columns.remove(prompt_column) {
             Some(Value::String(text)) => Prompt::Text(text),
             Some(chat @ Value::Array(_)) => {
-                let turns: Vec<ChatTurn> = serde_json::from_value(chat)
-                    .map_err(|e| e.to_string())
-                    .and_then(|turns: Vec<ChatTurn>| ChatTurn::check_all(&turns).map(|()| turns))
-                    .map_err(|e| {
-                        fail(
-                            number + 1,
-                            format!("`{prompt_column}` as chat turns ({{role, content, tool_calls}}): {e}"),
-                        )
-                    })?;
+                let turns = ChatTurn::parse_all(chat).map_err(|e| {
+                    fail(
+                        number + 1,
+                        format!("`{prompt_column}` as chat turns ({{role, content, tool_calls}}): {e}"),
+                    )
+                })?;
                 Prompt::Chat(turns)
             }
             Some(_) => {

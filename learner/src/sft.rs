@@ -93,9 +93,8 @@ fn read_completion(row: &Example, column: &str) -> Result<CompletionColumn> {
     };
     match row.columns.get(column) {
         Some(Value::String(text)) => Ok(CompletionColumn::Text(text.clone())),
-        Some(turns @ Value::Array(_)) => serde_json::from_value(turns.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|turns: Vec<ChatTurn>| ChatTurn::check_all(&turns).map(|()| CompletionColumn::Turns(turns)))
+        Some(turns @ Value::Array(_)) => ChatTurn::parse_all(turns.clone())
+            .map(CompletionColumn::Turns)
             .map_err(|e| bad(format!("`{column}` as chat turns ({{role, content, tool_calls}}): {e}"))),
         Some(_) => Err(bad(format!("`{column}` must be text or a list of chat turns"))),
         None => Err(bad(format!("no `{column}` column"))),
@@ -121,14 +120,14 @@ pub fn encode_examples(
     let encoder = PromptEncoder::new(tokenizer.clone())?;
     rows.iter()
         .map(|row| {
-            let bad = |message: String| Error::Config {
-                field: "data.completion_column",
-                message: format!("row {}: {message}", row.index + 1),
-            };
             let (prompt, mut completion, mut loss_mask) = match (&row.prompt, read_completion(row, completion_column)?) {
                 (Prompt::Chat(prompt), CompletionColumn::Turns(turns)) => {
                     encode_turns(&encoder, prompt, &turns).map_err(|e| match e {
-                        Error::Config { message, .. } => bad(message),
+                        // The row, for a turn it refuses (the field stays the one to fix).
+                        Error::Config { field, message } => Error::Config {
+                            field,
+                            message: format!("row {}: {message}", row.index + 1),
+                        },
                         other => other,
                     })?
                 }

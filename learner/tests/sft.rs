@@ -360,31 +360,29 @@ fn multi_turn_completions_train_on_the_assistants_turns_only() {
         ["<tool_call>12*34</tool_call><|im_end|>", "It is 408.<|im_end|>"]
     );
 
-    // A completion must open with the assistant's turn.
-    let rows = vec![chat_row(
-        serde_json::json!([{"role": "user", "content": "hi"}]),
-        serde_json::json!([{"role": "tool", "content": "1"}, {"role": "assistant", "content": "ok"}]),
-    )];
-    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
-    assert!(
-        error.to_string().contains("must start with an assistant turn"),
-        "{error}"
-    );
-    let rows = vec![chat_row(
-        serde_json::json!([{"role": "user", "content": "hi"}]),
-        serde_json::json!([{"role": "assistant"}]),
-    )];
-    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
-    assert!(
-        error.to_string().contains("turn 1 (assistant) has no text `content`"),
-        "{error}"
-    );
-    let rows = vec![chat_row(
-        serde_json::json!([{"role": "user", "content": "hi"}]),
-        serde_json::json!([{"role": "assistant", "content": "ok", "name": "bot"}]),
-    )];
-    let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
-    assert!(error.to_string().contains("unknown field `name`"), "{error}");
+    // A completion must open with the assistant's turn, give each turn
+    // its text, and hold nothing unknown.
+    for (completion, needle) in [
+        (
+            serde_json::json!([{"role": "tool", "content": "1"}, {"role": "assistant", "content": "ok"}]),
+            "must start with an assistant turn",
+        ),
+        (
+            serde_json::json!([{"role": "assistant"}]),
+            "turn 1 (assistant) has no text `content`",
+        ),
+        (
+            serde_json::json!([{"role": "assistant", "content": "ok", "name": "bot"}]),
+            "unknown field `name`",
+        ),
+    ] {
+        let rows = vec![chat_row(
+            serde_json::json!([{"role": "user", "content": "hi"}]),
+            completion,
+        )];
+        let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
+        assert!(error.to_string().contains(needle), "{error}");
+    }
 }
 
 /// Tool calls in OpenAI's form (arguments as an object or a JSON string)

@@ -17,6 +17,7 @@ pub mod load;
 pub mod logprobs;
 pub mod names;
 pub mod pretrained;
+pub mod text;
 pub mod tokenizer;
 pub mod tools;
 pub mod weights;

@@ -21,6 +21,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::text::partial_tag_len;
+
 /// A tool on offer: a name, a description and a JSON schema of its
 /// arguments, as OpenAI's and transformers' `tools` take it.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,7 +233,7 @@ impl ToolCallParser {
                     }
                     None => {
                         // Keep back what may be the start of an opening tag.
-                        let keep = partial_suffix(&self.held, OPEN);
+                        let keep = partial_tag_len(&self.held, &[OPEN]);
                         let ready = self.held.len() - keep;
                         if ready > 0 {
                             events.push(ToolCallEvent::Content(self.held[..ready].to_string()));
@@ -260,14 +262,6 @@ impl ToolCallParser {
             _ => Vec::new(),
         }
     }
-}
-
-/// Bytes at the end of `text` that are a proper prefix of `tag`.
-fn partial_suffix(text: &str, tag: &str) -> usize {
-    (1..tag.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..]))
-        .unwrap_or(0)
 }
 
 /// One Hermes call from the text between its tags.

@@ -32,10 +32,6 @@ pub trait ParameterValues {
     fn upload(&self, client: &Client, device: &Device, dtype: ElementType) -> Result<Buffer>;
 }
 
-fn dims_i64(dims: &[usize]) -> Vec<i64> {
-    dims.iter().map(|&d| d as i64).collect()
-}
-
 impl ParameterValues for HostTensor {
     fn dims(&self) -> &[usize] {
         &self.dims
@@ -46,7 +42,7 @@ impl ParameterValues for HostTensor {
     }
 
     fn upload(&self, client: &Client, device: &Device, dtype: ElementType) -> Result<Buffer> {
-        let dims = dims_i64(&self.dims);
+        let dims = self.dims_i64();
         match dtype {
             ElementType::Bf16 => {
                 let values: Vec<bf16> = self.data.iter().map(|&v| bf16::from_f32(v)).collect();
@@ -67,7 +63,7 @@ impl ParameterValues for Bf16Tensor {
     }
 
     fn upload(&self, client: &Client, device: &Device, dtype: ElementType) -> Result<Buffer> {
-        let dims = dims_i64(&self.dims);
+        let dims: Vec<i64> = self.dims.iter().map(|&d| d as i64).collect();
         match dtype {
             ElementType::Bf16 => upload(client, device, &self.data, &dims),
             _ => {

@@ -12,6 +12,7 @@
 //! ends, the earliest start), which is what streaming the text byte by byte
 //! would find: the result does not depend on how the text was cut into tokens.
 
+use grpo_model::text::partial_tag_len;
 use thiserror::Error;
 
 /// The stop strings of a request (none by default).
@@ -104,11 +105,6 @@ impl StopStrings {
         if self.include_in_output {
             return text.len();
         }
-        let longest = self.strings.iter().map(String::len).max().unwrap_or(0);
-        let from = text.len().saturating_sub(longest.saturating_sub(1));
-        (from..text.len())
-            .filter(|&at| text.is_char_boundary(at))
-            .find(|&at| self.strings.iter().any(|stop| stop.starts_with(&text[at..])))
-            .unwrap_or(text.len())
+        text.len() - partial_tag_len(text, &self.strings)
     }
 }

@@ -307,6 +307,7 @@ impl Run<GrpoTask> {
                 max_num_seqs: slots,
                 max_model_len: engine_context(longest_prompt, grpo.max_completion_tokens, max_model_len),
                 dtype: choices.choices.engine_dtype.unwrap_or_default().element_type(),
+                ..EngineConfig::default()
             },
         };
         let token_file = config.rollout.worker_token_file.as_deref();

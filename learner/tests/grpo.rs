@@ -88,6 +88,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
             max_num_seqs: 16,
             max_model_len: 32,
             dtype: ElementType::F32,
+            ..EngineConfig::default()
         },
     )
     .unwrap();

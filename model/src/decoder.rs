@@ -7,7 +7,7 @@
 //! same block serves training (keys = this sequence) and generation (keys =
 //! a KV cache the rollout engine owns).
 
-use grpo_xla::trace::{ScatterDims, Tensor, linear_log_probs};
+use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -80,12 +80,12 @@ fn causal_mask(mask: &Tensor) -> Result<Tensor> {
     col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)
 }
 
-/// `cache` `[S, kv, C, hd]` with `new` `[B, kv, T, hd]` (B ≤ S) written
-/// at row `b`, slot `positions[b, t]`; tokens at position −1 write nothing.
-fn write_positions(cache: &Tensor, new: &Tensor, positions: &Tensor) -> Result<Tensor> {
+/// `cache` `[S, kv, C, hd]` with `new` `[B, kv, T, hd]` written at row
+/// `rows[b]` (`[B]`), position `positions[b, t]`; tokens at position −1 (or
+/// in a row −1) write nothing.
+fn write_positions(cache: &Tensor, new: &Tensor, rows: &Tensor, positions: &Tensor) -> Result<Tensor> {
     let (b, t) = (positions.dims()[0], positions.dims()[1]);
-    let graph = positions.graph();
-    let rows = graph.iota(ElementType::S32, &[b, t, 1], 0)?;
+    let rows = rows.reshape(&[b, 1, 1])?.broadcast_to(&[b, t, 1])?;
     let indices = Tensor::concatenate(&[&rows, &positions.reshape(&[b, t, 1])?], 2)?;
     let dims = ScatterDims {
         update_window_dims: vec![2, 3],
@@ -94,6 +94,15 @@ fn write_positions(cache: &Tensor, new: &Tensor, positions: &Tensor) -> Result<T
         index_vector_dim: 2,
     };
     cache.scatter(&indices, &new.transpose(&[0, 2, 1, 3])?, &dims)
+}
+
+/// Which cache rows a cached forward reads and writes.
+#[derive(Clone, Copy)]
+enum CacheRows<'a> {
+    /// Rows `0..B`: sequence `b` is row `b` (decode).
+    First,
+    /// Row `rows[b]` (`[B]`, s32) for sequence `b` (continuing chosen slots).
+    Chosen(&'a Tensor),
 }
 
 /// `dims` with the last axis of size 1.
@@ -238,24 +247,73 @@ impl Decoder {
         cache: &[Tensor],
         window: i64,
     ) -> Result<(Tensor, Vec<Tensor>)> {
+        let (hidden, updated) = self.cached_forward(tensors, ids, positions, CacheRows::First, cache, window)?;
+        Ok((self.head(tensors, &hidden)?, updated))
+    }
+
+    /// The cache with the keys and values of `ids` `[B, T]` at `positions`
+    /// `[B, T]` written into row `rows[b]` (`[B]`; −1 and position −1 write
+    /// nothing), each token attending to its row's cached positions at or
+    /// before its own among the first `window`: what continuing cached
+    /// sequences by some tokens leaves in the cache. No output head.
+    pub fn extend_cache(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        rows: &Tensor,
+        cache: &[Tensor],
+        window: i64,
+    ) -> Result<Vec<Tensor>> {
+        let (_, updated) = self.cached_forward(tensors, ids, positions, CacheRows::Chosen(rows), cache, window)?;
+        Ok(updated)
+    }
+
+    /// The decoder stack over a KV cache: the final hidden states of `ids`
+    /// and the cache with their keys and values written (see
+    /// [`Decoder::logits_with_cache`]).
+    fn cached_forward(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        rows: CacheRows<'_>,
+        cache: &[Tensor],
+        window: i64,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
         let graph = ids.graph();
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let visible = graph.iota(ElementType::S32, &[1, 1, window], 2)?;
         let allowed = visible.le(&positions.reshape(&[b, t, 1])?)?;
-        let mut updated = Vec::with_capacity(cache.len());
+        let row_ids = match rows {
+            CacheRows::First => graph.iota(ElementType::S32, &[b], 0)?,
+            CacheRows::Chosen(rows) => rows.clone(),
+        };
         let read = |full: &Tensor| -> Result<Tensor> {
             let d = full.dims();
-            full.slice(&[0, 0, 0, 0], &[b, d[1], window, d[3]], &[1, 1, 1, 1])
+            match rows {
+                CacheRows::First => full.slice(&[0, 0, 0, 0], &[b, d[1], window, d[3]], &[1, 1, 1, 1]),
+                CacheRows::Chosen(rows) => {
+                    let dims = GatherDims {
+                        offset_dims: vec![1, 2, 3],
+                        collapsed_slice_dims: vec![0],
+                        start_index_map: vec![0],
+                        index_vector_dim: 1,
+                    };
+                    full.gather(&rows.reshape(&[b, 1])?, &dims, &[1, d[1], window, d[3]])
+                }
+            }
         };
+        let mut updated = Vec::with_capacity(cache.len());
         let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
-            let k = write_positions(&cache[2 * layer], &k, positions)?;
-            let v = write_positions(&cache[2 * layer + 1], &v, positions)?;
+            let k = write_positions(&cache[2 * layer], &k, &row_ids, positions)?;
+            let v = write_positions(&cache[2 * layer + 1], &v, &row_ids, positions)?;
             let context = self.attend(&q, &read(&k)?, &read(&v)?, &allowed)?;
             updated.push(k);
             updated.push(v);
             Ok(context)
         })?;
-        Ok((self.head(tensors, &hidden)?, updated))
+        Ok((hidden, updated))
     }
 
     /// The keys and values (per layer, keys then values, each `[B, kv, T,

@@ -17,6 +17,15 @@
 //! reused without clearing, because a sequence writes every position
 //! before it reads it.
 //!
+//! A finished sample's slot keeps its keys and values until the slot is
+//! needed: a later request whose prompt starts with that sample's tokens
+//! (its prompt, then all it generated) continues it in place, and only the
+//! new tokens are computed (the **extend** program) — the next turn of a
+//! multi-turn episode or chat prefills just the new messages. Free slots
+//! are taken empty ones first, then kept ones, lowest first; taking a slot
+//! that still keeps a sample evicts it (counted), and a later
+//! continuation of it is prefilled whole. New weights drop what slots keep.
+//!
 //! Weights can be replaced between steps ([`Engine::update_weights`]);
 //! every token records the policy version that produced it.
 
@@ -44,6 +53,10 @@ pub struct EngineConfig {
     pub max_model_len: usize,
     /// Parameter and cache dtype. Default f32.
     pub dtype: ElementType,
+    /// Continue finished samples in their slots: a request whose prompt
+    /// starts with a finished sample's prompt and completion computes only
+    /// the tokens after them. Off, every prompt is prefilled whole. Default true.
+    pub continue_sequences: bool,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +65,7 @@ impl Default for EngineConfig {
             max_num_seqs: 8,
             max_model_len: 1024,
             dtype: ElementType::F32,
+            continue_sequences: true,
         }
     }
 }
@@ -83,6 +97,12 @@ pub struct EngineStats {
     /// Of those, the tokens a sample took from its group's one prefill
     /// instead of computing them (vLLM's prefix-cache hits).
     pub shared_prompt_tokens: u64,
+    /// Of the prompt tokens, those whose keys and values a sample found in
+    /// its slot, kept from the earlier sample it continues.
+    pub kept_prompt_tokens: u64,
+    /// Finished samples whose kept keys and values were overwritten
+    /// because their slot was needed.
+    pub evicted_sequences: u64,
     /// Tokens generated so far.
     pub generated_tokens: u64,
 }
@@ -104,6 +124,16 @@ struct Sequence {
     tokens: Vec<Token>,
     /// The text, when the engine has a tokenizer.
     text: Option<SampleText>,
+    /// Whether every key and value in its slot comes from the current
+    /// weights (false once they change under it): only then is it kept.
+    current: bool,
+}
+
+/// What a free slot still holds of the sample that last ran there: its
+/// prompt then every token it generated, the keys and values of all but
+/// the last.
+struct Kept {
+    tokens: Vec<u32>,
 }
 
 impl Sequence {
@@ -113,8 +143,13 @@ impl Sequence {
     }
 }
 
-/// A request leaving the queue, with the slots of its samples.
-type Admitted = (RequestId, Vec<usize>);
+/// A request leaving the queue: its id, the slots of its samples, and how
+/// many tokens of its prompt the first slot keeps (0: prefilled whole).
+struct Admitted {
+    id: RequestId,
+    slots: Vec<usize>,
+    kept: usize,
+}
 
 /// A request the engine holds (waiting or running).
 struct Held {
@@ -136,6 +171,8 @@ pub struct Engine {
     version: u64,
     state: Vec<Buffer>,
     slots: Vec<Option<Sequence>>,
+    /// Per slot, the finished sample it keeps (free slots only).
+    kept: Vec<Option<Kept>>,
     queue: VecDeque<RequestId>,
     held: HashMap<RequestId, Held>,
     next_id: RequestId,
@@ -150,6 +187,8 @@ pub struct Engine {
 struct Counters {
     prompt_tokens: u64,
     shared_prompt_tokens: u64,
+    kept_prompt_tokens: u64,
+    evicted_sequences: u64,
     generated_tokens: u64,
 }
 
@@ -198,6 +237,7 @@ impl Engine {
             version: 0,
             state,
             slots: (0..config.max_num_seqs).map(|_| None).collect(),
+            kept: (0..config.max_num_seqs).map(|_| None).collect(),
             queue: VecDeque::new(),
             held: HashMap::new(),
             next_id: 0,
@@ -245,6 +285,8 @@ impl Engine {
             compiled_programs: self.programs.compiled(),
             prompt_tokens: self.counters.prompt_tokens,
             shared_prompt_tokens: self.counters.shared_prompt_tokens,
+            kept_prompt_tokens: self.counters.kept_prompt_tokens,
+            evicted_sequences: self.counters.evicted_sequences,
             generated_tokens: self.counters.generated_tokens,
         }
     }
@@ -315,6 +357,7 @@ impl Engine {
                     next_input: 0,
                     tokens: Vec::new(),
                     text: None,
+                    current: false,
                 };
                 self.pending.push(finished(empty, FinishReason::Abort, None));
             }
@@ -477,6 +520,10 @@ impl Engine {
     /// Marks new weights as policy `version`, aborting what runs if asked.
     fn now_serving(&mut self, version: u64, in_flight: InFlight) {
         self.version = version;
+        self.kept.fill_with(|| None);
+        for sequence in self.slots.iter_mut().flatten() {
+            sequence.current = false;
+        }
         if in_flight == InFlight::Abort {
             for id in self.requests() {
                 self.abort(id);
@@ -485,11 +532,11 @@ impl Engine {
     }
 
     /// Moves waiting requests, first come first served, into free slots
-    /// while the one at the front has room for all its samples; prompts of
-    /// one length bucket are prefilled together.
+    /// while the one at the front has room for all its samples. A request
+    /// that continues a kept sample is extended in that slot; the others'
+    /// prompts are prefilled, those of one length bucket together.
     fn admit(&mut self) -> Result<()> {
-        let mut free = (0..self.slots.len()).filter(|&s| self.slots[s].is_none());
-        let mut admitted: Vec<Admitted> = Vec::new();
+        let mut ids = Vec::new();
         let mut left = self.slots.iter().filter(|s| s.is_none()).count();
         while let Some(&id) = self.queue.front() {
             let n = self.held[&id].request.params.n;
@@ -498,88 +545,185 @@ impl Engine {
             }
             left -= n;
             self.queue.pop_front();
-            admitted.push((id, free.by_ref().take(n).collect()));
+            ids.push(id);
         }
-        let mut by_bucket: Vec<(usize, Vec<Admitted>)> = Vec::new();
-        for (id, slots) in admitted {
-            let t = self.programs.prefill_bucket(self.held[&id].request.prompt.len());
-            match by_bucket.iter_mut().find(|(bucket, _)| *bucket == t) {
-                Some((_, group)) => group.push((id, slots)),
-                None => by_bucket.push((t, vec![(id, slots)])),
+        // Continuations take their slots first, so that a request admitted
+        // beside them cannot evict the samples they continue.
+        let mut reserved = Vec::new();
+        let mut continuing = HashMap::new();
+        for &id in &ids {
+            if let Some((slot, kept)) = self.continued_slot(&self.held[&id].request.prompt, &reserved) {
+                reserved.push(slot);
+                continuing.insert(id, (slot, kept));
+                // Its keys and values are about to change.
+                self.kept[slot] = None;
             }
         }
-        for (t, group) in by_bucket {
+        let mut admitted = Vec::with_capacity(ids.len());
+        for id in ids {
+            let (mut slots, kept) = match continuing.get(&id) {
+                Some(&(slot, kept)) => (vec![slot], kept),
+                None => (Vec::new(), 0),
+            };
+            let others = self.take_free_slots(self.held[&id].request.params.n - slots.len(), &reserved);
+            reserved.extend(&others);
+            slots.extend(others);
+            admitted.push(Admitted { id, slots, kept });
+        }
+        let (continued, fresh): (Vec<Admitted>, Vec<Admitted>) = admitted.into_iter().partition(|a| a.kept > 0);
+        for (t, group) in self.by_bucket(fresh, |engine, a| engine.prompt(a).len()) {
             self.prefill(t, &group)?;
+            self.start(&group)?;
+        }
+        for (t, group) in self.by_bucket(continued, |engine, a| engine.prompt(a).len() + 1 - a.kept) {
+            self.extend(t, &group)?;
+            self.start(&group)?;
         }
         Ok(())
     }
 
-    /// Prefills the prompts of `group` (requests with their slots, prompts
-    /// of at most `t` tokens) in one program, each into its first slot, and
-    /// forks each into its other slots.
+    /// The prompt of an admitted request.
+    fn prompt(&self, admitted: &Admitted) -> &[u32] {
+        &self.held[&admitted.id].request.prompt
+    }
+
+    /// `admitted` grouped by the prefill bucket of `tokens(admitted)`.
+    fn by_bucket(
+        &self,
+        admitted: Vec<Admitted>,
+        tokens: impl Fn(&Engine, &Admitted) -> usize,
+    ) -> Vec<(usize, Vec<Admitted>)> {
+        let mut groups: Vec<(usize, Vec<Admitted>)> = Vec::new();
+        for a in admitted {
+            let t = self.programs.prefill_bucket(tokens(self, &a));
+            match groups.iter_mut().find(|(bucket, _)| *bucket == t) {
+                Some((_, group)) => group.push(a),
+                None => groups.push((t, vec![a])),
+            }
+        }
+        groups
+    }
+
+    /// The free slot (none of `reserved`) keeping the longest finished
+    /// sample whose tokens `prompt` starts with, and that sample's length.
+    fn continued_slot(&self, prompt: &[u32], reserved: &[usize]) -> Option<(usize, usize)> {
+        if !self.config.continue_sequences {
+            return None;
+        }
+        (0..self.slots.len())
+            .filter(|s| self.slots[*s].is_none() && !reserved.contains(s))
+            .filter_map(|s| self.kept[s].as_ref().map(|k| (s, &k.tokens)))
+            .filter(|(_, tokens)| tokens.len() >= 2 && prompt.starts_with(tokens))
+            .map(|(s, tokens)| (s, tokens.len()))
+            .max_by_key(|&(_, len)| len)
+    }
+
+    /// `n` free slots, none of `reserved`: empty ones, then those keeping a
+    /// finished sample, which is evicted; lowest first within each (so the
+    /// same calls take the same slots, and decode the same rows).
+    fn take_free_slots(&mut self, n: usize, reserved: &[usize]) -> Vec<usize> {
+        let mut free: Vec<usize> = (0..self.slots.len())
+            .filter(|s| self.slots[*s].is_none() && !reserved.contains(s))
+            .collect();
+        free.sort_by_key(|&s| (self.kept[s].is_some(), s));
+        free.truncate(n);
+        for &s in &free {
+            if self.kept[s].take().is_some() {
+                self.counters.evicted_sequences += 1;
+            }
+        }
+        free
+    }
+
+    /// The stop marks of held request `id`, as row `row` of `[P, vocab]` rows.
+    fn mark_stops(&self, id: RequestId, row: usize, stop_rows: &mut [f32]) {
+        let vocab = self.decoder().config().vocab_size;
+        for &token in &self.held[&id].stop_tokens {
+            stop_rows[row * vocab + token as usize] = 1.0;
+        }
+    }
+
+    /// Prefills the prompts of `group` (prompts of at most `t` tokens) in
+    /// one program, each into its first slot.
     fn prefill(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
         let p = self.programs.prefill_rows(group.len());
         let vocab = self.decoder().config().vocab_size;
-        let mut ids = vec![0i32; p * t];
-        let mut positions = vec![-1i32; p * t];
-        let mut marks = vec![-1i32; p * t];
-        let mut stop_rows = vec![0f32; p * vocab];
-        let mut first_slots = vec![-1i32; p];
-        for (row, (id, slots)) in group.iter().enumerate() {
-            let held = &self.held[id];
-            let prompt = &held.request.prompt;
-            for (j, &token) in prompt.iter().enumerate() {
-                marks[row * t + j] = token as i32;
-                if j + 1 < prompt.len() {
-                    ids[row * t + j] = token as i32;
-                    positions[row * t + j] = j as i32;
-                }
-            }
-            for &token in &held.stop_tokens {
-                stop_rows[row * vocab + token as usize] = 1.0;
-            }
-            first_slots[row] = slots[0] as i32;
+        let mut inputs = TokenInputs::new(p, t, vocab);
+        for (row, a) in group.iter().enumerate() {
+            inputs.add(row, 0, self.prompt(a), a.slots[0]);
+            self.mark_stops(a.id, row, &mut inputs.stop_rows);
         }
-        let (c, d) = (&self.client, &self.device);
-        let (matrix, rows) = ([p as i64, t as i64], [p as i64]);
-        let inputs = [
-            upload(c, d, &ids, &matrix)?,
-            upload(c, d, &positions, &matrix)?,
-            upload(c, d, &marks, &matrix)?,
-            upload(c, d, &stop_rows, &[p as i64, vocab as i64])?,
-            upload(c, d, &first_slots, &rows)?,
-        ];
+        let key = ProgramKey::Prefill { prompts: p, tokens: t };
+        self.run_on_state(key, &inputs.upload(&self.client, &self.device)?)
+    }
+
+    /// Continues the kept samples of `group` in their slots: each prompt's
+    /// tokens after the kept ones (at most `t`, the last included) are
+    /// written after them, in one program.
+    fn extend(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
+        let p = self.programs.prefill_rows(group.len());
+        let vocab = self.decoder().config().vocab_size;
+        let mut inputs = TokenInputs::new(p, t, vocab);
+        let mut longest = 1;
+        for (row, a) in group.iter().enumerate() {
+            // The slot holds the keys and values of the kept tokens but the last.
+            let from = a.kept - 1;
+            let prompt = self.prompt(a);
+            longest = longest.max(prompt.len());
+            inputs.add(row, from, &prompt[from..], a.slots[0]);
+            self.mark_stops(a.id, row, &mut inputs.stop_rows);
+        }
+        let key = ProgramKey::Extend {
+            prompts: p,
+            tokens: t,
+            window: self.programs.window_bucket(longest),
+        };
+        self.run_on_state(key, &inputs.upload(&self.client, &self.device)?)
+    }
+
+    /// Runs the program of `key` on the weights, `inputs` and the device
+    /// state (donated), which it replaces.
+    fn run_on_state(&mut self, key: ProgramKey, inputs: &[Buffer]) -> Result<()> {
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
         args.extend(self.state.iter().map(Arg::Donate));
-        let key = ProgramKey::Prefill { prompts: p, tokens: t };
         self.state = self.programs.get(key)?.execute_args(&args)?;
-        for (id, slots) in group {
-            for &dst in &slots[1..] {
+        Ok(())
+    }
+
+    /// Starts the samples of `group`, whose prompts are in their first
+    /// slots: forks each into its other slots and makes them run.
+    fn start(&mut self, group: &[Admitted]) -> Result<()> {
+        let (c, d) = (&self.client, &self.device);
+        for a in group {
+            let request = &self.held[&a.id].request;
+            let len = request.prompt.len();
+            let t = self.programs.prefill_bucket(len);
+            for &dst in &a.slots[1..] {
                 let ends = [
-                    upload(c, d, &[slots[0] as i32], &[])?,
+                    upload(c, d, &[a.slots[0] as i32], &[])?,
                     upload(c, d, &[dst as i32], &[])?,
                 ];
                 let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
                 args.extend(self.state.iter().map(Arg::Donate));
                 self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
             }
-            let request = &self.held[id].request;
-            let len = request.prompt.len();
-            self.counters.prompt_tokens += (len * slots.len()) as u64;
-            self.counters.shared_prompt_tokens += (len * (slots.len() - 1)) as u64;
-            for (index, &slot) in slots.iter().enumerate() {
+            self.counters.prompt_tokens += (len * a.slots.len()) as u64;
+            self.counters.shared_prompt_tokens += (len * (a.slots.len() - 1)) as u64;
+            self.counters.kept_prompt_tokens += a.kept.saturating_sub(1) as u64;
+            for (index, &slot) in a.slots.iter().enumerate() {
                 let text = match &self.tokenizer {
                     Some(tokenizer) => Some(SampleText::new(tokenizer, &request.prompt, &request.params)?),
                     None => None,
                 };
                 self.slots[slot] = Some(Sequence {
-                    request: *id,
+                    request: a.id,
                     index,
                     prompt_len: len,
                     next_input: request.prompt[len - 1],
                     tokens: Vec::new(),
                     text,
+                    current: true,
                 });
             }
         }
@@ -677,6 +821,15 @@ impl Engine {
             };
             if let Some((reason, stop)) = finish {
                 let sequence = self.slots[row].take().expect("running");
+                if sequence.current && self.config.continue_sequences {
+                    let prompt = &self.held[&sequence.request].request.prompt;
+                    let tokens = prompt
+                        .iter()
+                        .copied()
+                        .chain(sequence.tokens.iter().map(|t| t.id))
+                        .collect();
+                    self.kept[row] = Some(Kept { tokens });
+                }
                 update.finished = finished(sequence, reason, stop).finished;
                 let held = self.held.get_mut(&update.request).expect("running request");
                 held.unfinished -= 1;
@@ -790,6 +943,59 @@ impl RowInputs {
             upload(client, device, &self.seed, &vector)?,
             upload(client, device, &self.step, &vector)?,
             upload(client, device, &self.processed_logprobs, &vector)?,
+        ])
+    }
+}
+
+/// The token inputs of a prefill or extend program: `P` sequences of up to
+/// `T` new tokens (padding: token 0 at position −1, mark −1, slot −1).
+struct TokenInputs {
+    t: usize,
+    ids: Vec<i32>,
+    positions: Vec<i32>,
+    marks: Vec<i32>,
+    stop_rows: Vec<f32>,
+    slots: Vec<i32>,
+}
+
+impl TokenInputs {
+    /// All padding, for `p` sequences of `t` tokens over `vocab` tokens.
+    fn new(p: usize, t: usize, vocab: usize) -> TokenInputs {
+        TokenInputs {
+            t,
+            ids: vec![0; p * t],
+            positions: vec![-1; p * t],
+            marks: vec![-1; p * t],
+            stop_rows: vec![0.0; p * vocab],
+            slots: vec![-1; p],
+        }
+    }
+
+    /// Row `row`: `tokens` at positions from `from` into `slot`, all
+    /// marked and all but the last computed (the next decode step feeds it).
+    fn add(&mut self, row: usize, from: usize, tokens: &[u32], slot: usize) {
+        let t = self.t;
+        for (j, &token) in tokens.iter().enumerate() {
+            self.marks[row * t + j] = token as i32;
+            if j + 1 < tokens.len() {
+                self.ids[row * t + j] = token as i32;
+                self.positions[row * t + j] = (from + j) as i32;
+            }
+        }
+        self.slots[row] = slot as i32;
+    }
+
+    /// The buffers in the programs' order: ids, positions, marks, stop rows, slots.
+    fn upload(&self, client: &Client, device: &Device) -> Result<Vec<Buffer>> {
+        let (p, t) = (self.slots.len() as i64, self.t as i64);
+        let vocab = self.stop_rows.len() as i64 / p;
+        let matrix = [p, t];
+        Ok(vec![
+            upload(client, device, &self.ids, &matrix)?,
+            upload(client, device, &self.positions, &matrix)?,
+            upload(client, device, &self.marks, &matrix)?,
+            upload(client, device, &self.stop_rows, &[p, vocab])?,
+            upload(client, device, &self.slots, &[p])?,
         ])
     }
 }

@@ -13,6 +13,12 @@
 //!   but its last, written into its slot from position 0; the slot's
 //!   history reset (prompt marks, stop marks, zero counts). No output head: the last prompt token is fed by the
 //!   next decode step, which samples from it.
+//! - **extend** (buckets: sequences `P`, new tokens `T` and attention
+//!   window `W`, powers of two): continues sequences whose slots still
+//!   hold their keys and values — the new tokens but the last written
+//!   after them, attending to them — and leaves each slot's history as a
+//!   prefill of the whole prompt would (every token seen so far marked as
+//!   prompt, counts zeroed, the request's stop marks).
 //! - **fork** (bucket `T`): copies a slot's first `T` cache positions and
 //!   its history into another slot — the other samples of a group start
 //!   from one prefill.
@@ -43,6 +49,13 @@ const MIN_WINDOW: usize = 16;
 pub(crate) enum ProgramKey {
     /// Prefill of up to `prompts` prompts of up to `tokens` tokens each.
     Prefill { prompts: usize, tokens: usize },
+    /// Extension of up to `prompts` cached sequences by up to `tokens`
+    /// tokens each, attending within `window` positions.
+    Extend {
+        prompts: usize,
+        tokens: usize,
+        window: usize,
+    },
     /// Fork of the first `tokens` cache positions.
     Fork { tokens: usize },
     /// Decode of slots `0..rows` attending within `window` positions, with
@@ -117,12 +130,17 @@ impl Programs {
         bucket(len, MIN_PREFILL, self.capacity)
     }
 
+    /// The attention window bucket of sequences of up to `len` tokens.
+    pub fn window_bucket(&self, len: usize) -> usize {
+        bucket(len, MIN_WINDOW, self.capacity)
+    }
+
     /// The decode buckets for a highest busy slot `top_slot` and a longest
     /// sequence (after this step's token) of `len` tokens.
     pub fn decode_bucket(&self, top_slot: usize, len: usize) -> (usize, usize) {
         (
             bucket(top_slot + 1, min_rows(self.dtype), self.slots),
-            bucket(len, MIN_WINDOW, self.capacity),
+            self.window_bucket(len),
         )
     }
 
@@ -159,6 +177,11 @@ impl Programs {
         if !self.compiled.contains_key(&key) {
             let program = match key {
                 ProgramKey::Prefill { prompts, tokens } => self.prefill(prompts as i64, tokens as i64)?,
+                ProgramKey::Extend {
+                    prompts,
+                    tokens,
+                    window,
+                } => self.extend(prompts as i64, tokens as i64, window as i64)?,
                 ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
                 ProgramKey::Decode {
                     rows,
@@ -196,40 +219,54 @@ impl Programs {
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
         let kv = self.decoder.prompt_kv(&params, &ids, &positions)?;
-        // Whole windows (a prompt's block, or a history row) at row `slots[p]`.
         let at_slot = slots.reshape(&[p, 1])?;
-        let rows = |rank: usize| ScatterDims {
-            update_window_dims: (1..rank).collect(),
-            inserted_window_dims: vec![0],
-            scatter_dims_to_operand_dims: vec![0],
-            index_vector_dim: 1,
-        };
         let mut outputs: Vec<Tensor> = state[..layers]
             .iter()
             .zip(&kv)
-            .map(|(cache, new)| cache.scatter(&at_slot, new, &rows(4)))
+            .map(|(cache, new)| cache.scatter(&at_slot, new, &whole_rows(4)))
             .collect::<grpo_xla::Result<_>>()?;
         let empty_rows = stop_rows.zeros_like()?;
         let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
-        outputs.push(counts.scatter(&at_slot, &empty_rows, &rows(2))?);
-        // Prompt marks: the rows cleared, then a 1 at (slot, token) for each
-        // prompt token (−1 padding and padding prompts write nothing).
-        let cleared = in_prompt.scatter(&at_slot, &empty_rows, &rows(2))?;
-        let at = Tensor::concatenate(
-            &[
-                &at_slot.reshape(&[p, 1, 1])?.broadcast_to(&[p, t, 1])?,
-                &prompts.reshape(&[p, t, 1])?,
-            ],
-            2,
-        )?;
-        let entries = ScatterDims {
-            update_window_dims: vec![],
-            inserted_window_dims: vec![0, 1],
-            scatter_dims_to_operand_dims: vec![0, 1],
-            index_vector_dim: 2,
-        };
-        outputs.push(cleared.scatter(&at, &graph.full(1.0, ElementType::F32, &[p, t])?, &entries)?);
-        outputs.push(stops.scatter(&at_slot, &stop_rows, &rows(2))?);
+        outputs.push(counts.scatter(&at_slot, &empty_rows, &whole_rows(2))?);
+        let cleared = in_prompt.scatter(&at_slot, &empty_rows, &whole_rows(2))?;
+        outputs.push(mark_tokens(&cleared, &at_slot, &prompts)?);
+        outputs.push(stops.scatter(&at_slot, &stop_rows, &whole_rows(2))?);
+        let first_state = params.len() + 5;
+        let function = graph
+            .build(&outputs.iter().collect::<Vec<_>>())?
+            .donate_range_from(first_state, 0..outputs.len())?;
+        Ok(function.compile_with(&self.client, &self.options)?)
+    }
+
+    /// `(params, ids [P,T], positions [P,T], marks [P,T], stop_rows [P,V],
+    /// slots [P], state) → state`: sequence `p`'s new tokens written into
+    /// slot `slots[p]` at their positions (−1: padding), attending to what
+    /// the slot holds within the first `window` positions; the slot's
+    /// history then marks as prompt every token it has seen (its prompt
+    /// marks, the tokens its counts hold, and `marks`: the new tokens, −1
+    /// padding), with counts zeroed and the stop marks of `stop_rows`. A
+    /// slot of −1 writes nothing.
+    fn extend(&self, p: i64, t: i64, window: i64) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_extend_{p}x{t}x{window}"));
+        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+        let ids = graph.parameter(ElementType::S32, &[p, t])?;
+        let positions = graph.parameter(ElementType::S32, &[p, t])?;
+        let marks = graph.parameter(ElementType::S32, &[p, t])?;
+        let stop_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
+        let slots = graph.parameter(ElementType::S32, &[p])?;
+        let state = self.state_parameters(&graph)?;
+        let layers = state.len() - 3;
+        let mut outputs = self
+            .decoder
+            .extend_cache(&params, &ids, &positions, &slots, &state[..layers], window)?;
+        let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
+        let at_slot = slots.reshape(&[p, 1])?;
+        let output_seen = counts.take(&slots, 0)?.gt(&stop_rows.zeros_like()?)?;
+        let seen = output_seen.select(&stop_rows.ones_like()?, &in_prompt.take(&slots, 0)?)?;
+        let seen_rows = in_prompt.scatter(&at_slot, &seen, &whole_rows(2))?;
+        outputs.push(counts.scatter(&at_slot, &stop_rows.zeros_like()?, &whole_rows(2))?);
+        outputs.push(mark_tokens(&seen_rows, &at_slot, &marks)?);
+        outputs.push(stops.scatter(&at_slot, &stop_rows, &whole_rows(2))?);
         let first_state = params.len() + 5;
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
@@ -317,6 +354,38 @@ impl Programs {
     pub fn compiled(&self) -> usize {
         self.compiled.len()
     }
+}
+
+/// Scatter dimensions that write whole rows of a rank-`rank` state at
+/// indices `[P, 1]` (a prompt's cache block, or a history row, at its slot).
+fn whole_rows(rank: usize) -> ScatterDims {
+    ScatterDims {
+        update_window_dims: (1..rank).collect(),
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+    }
+}
+
+/// `table` `[S, V]` with a 1 at `(slot, token)` for each of `tokens`
+/// `[P, T]` of the sequence in slot `at_slot[p]` (`[P, 1]`); a token or
+/// slot of −1 writes nothing.
+fn mark_tokens(table: &Tensor, at_slot: &Tensor, tokens: &Tensor) -> Result<Tensor> {
+    let (p, t) = (tokens.dims()[0], tokens.dims()[1]);
+    let at = Tensor::concatenate(
+        &[
+            &at_slot.reshape(&[p, 1, 1])?.broadcast_to(&[p, t, 1])?,
+            &tokens.reshape(&[p, t, 1])?,
+        ],
+        2,
+    )?;
+    let entries = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: vec![0, 1],
+        scatter_dims_to_operand_dims: vec![0, 1],
+        index_vector_dim: 2,
+    };
+    Ok(table.scatter(&at, &tokens.graph().full(1.0, ElementType::F32, &[p, t])?, &entries)?)
 }
 
 /// A `[B, 1]`-or-`[B]` host vector uploaded as `dims` to `device`.

@@ -521,6 +521,7 @@ fn bf16_engines_of_any_size_agree_and_stay_near_f32() {
             max_num_seqs: slots,
             max_model_len: 64,
             dtype: ElementType::Bf16,
+            ..grpo_rollout::engine::EngineConfig::default()
         };
         Engine::new(&client, decoder, params, config).unwrap()
     };

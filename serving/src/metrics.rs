@@ -157,8 +157,13 @@ impl Metrics {
             "Prompt tokens admitted.",
             queries,
         );
-        let hits = engine.shared_prompt_tokens as f64;
-        scalar("vllm:prefix_cache_hits_total", "counter", "Prompt tokens shared.", hits);
+        let hits = (engine.shared_prompt_tokens + engine.kept_prompt_tokens) as f64;
+        scalar(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens not computed: shared with the group's prefill or kept from the sample a request continues.",
+            hits,
+        );
         let name = "vllm:request_success_total";
         let _ = writeln!(out, "# HELP {name} Finished samples by reason.\n# TYPE {name} counter");
         for reason in [FinishReason::Stop, FinishReason::Length, FinishReason::Abort] {

@@ -100,6 +100,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         max_num_seqs: args.n.next_power_of_two(),
         max_model_len,
         dtype: ElementType::F32,
+        ..EngineConfig::default()
     };
     let tokenizer = std::sync::Arc::new(tokenizer.clone());
     let mut engine = Engine::new(&client, decoder, params, config)?.with_tokenizer(tokenizer);

@@ -119,6 +119,7 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
         max_num_seqs: args.max_num_seqs,
         max_model_len: args.max_model_len.min(model.config.max_positions),
         dtype,
+        ..EngineConfig::default()
     };
     let engine = Engine::new(&client, decoder, params, engine_config)?;
     let mut config = ServerConfig::new(args.served_model_name.clone().unwrap_or_else(|| args.model.clone()));

@@ -131,6 +131,7 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
         max_num_seqs: args.max_num_seqs,
         max_model_len: args.max_model_len.min(model.config.max_positions),
         dtype,
+        ..EngineConfig::default()
     };
     let mut engine = Engine::new(&client, decoder, params, config)?;
     if let Some(tokenizer) = model.tokenizer {

@@ -193,6 +193,8 @@ pub(crate) fn stats_to_proto(stats: &ServiceStats) -> proto::StatsResponse {
         prompt_tokens: e.prompt_tokens,
         shared_prompt_tokens: e.shared_prompt_tokens,
         generated_tokens: e.generated_tokens,
+        kept_prompt_tokens: e.kept_prompt_tokens,
+        evicted_sequences: e.evicted_sequences,
     }
 }
 
@@ -207,6 +209,8 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
             compiled_programs: count(stats.compiled_programs),
             prompt_tokens: stats.prompt_tokens,
             shared_prompt_tokens: stats.shared_prompt_tokens,
+            kept_prompt_tokens: stats.kept_prompt_tokens,
+            evicted_sequences: stats.evicted_sequences,
             generated_tokens: stats.generated_tokens,
         },
         held_back: count(stats.held_back),

@@ -59,6 +59,7 @@ pub fn engine_in(
         max_num_seqs,
         max_model_len,
         dtype,
+        ..EngineConfig::default()
     };
     Engine::new(client, decoder, params, config).unwrap()
 }

@@ -90,6 +90,7 @@ pub async fn start(max_num_seqs: usize, configure: impl FnOnce(&mut ServerConfig
         max_num_seqs,
         max_model_len: MAX_MODEL_LEN,
         dtype: ElementType::F32,
+        ..EngineConfig::default()
     };
     let engine = Engine::new(&client, decoder, params, engine_config).unwrap();
     let mut config = ServerConfig::new(MODEL);

@@ -134,6 +134,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             max_num_seqs: batch,
             max_model_len,
             dtype,
+            ..EngineConfig::default()
         };
         let mut engine = Engine::new(&client, decoder.clone(), params, config)?;
         let requests = |max_tokens: usize| -> Vec<Request> {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use grpo_model::chat::{ChatMessage, ChatTemplate};
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::tools::{Tool, ToolCallFormat};
 use grpo_reward::{Message, RewardPool, Sample, Total};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
@@ -30,13 +31,20 @@ pub struct EncodedPrompt {
 pub struct PromptEncoder {
     tokenizer: Arc<Tokenizer>,
     template: Option<ChatTemplate>,
+    /// How the template's model writes tool calls.
+    tool_format: ToolCallFormat,
 }
 
 impl PromptEncoder {
     /// An encoder with `tokenizer` (and its chat template, if it has one).
     pub fn new(tokenizer: Arc<Tokenizer>) -> Result<PromptEncoder> {
         let template = tokenizer.chat_template().map(ChatTemplate::new).transpose()?;
-        Ok(PromptEncoder { tokenizer, template })
+        let tool_format = ToolCallFormat::of_template(tokenizer.chat_template().unwrap_or_default());
+        Ok(PromptEncoder {
+            tokenizer,
+            template,
+            tool_format,
+        })
     }
 
     /// The prompt rendered (chat prompts with the generation prompt) and tokenized.
@@ -63,18 +71,40 @@ impl PromptEncoder {
     /// `messages` rendered by the chat template (`add_generation_prompt`
     /// appends the opening of the assistant's turn).
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_tools(messages, add_generation_prompt, &[])
+    }
+
+    /// As [`PromptEncoder::render`], with `tools` on offer.
+    pub fn render_tools(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        tools: &[Tool],
+    ) -> Result<String> {
         let template = self.template.as_ref().ok_or_else(|| Error::Config {
             field: "data.prompt_column",
             message: "chat prompts need a tokenizer with a chat template".to_string(),
         })?;
         let special = self.tokenizer.special_tokens();
         let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
-        Ok(template.render(
+        Ok(template.render_with(
             messages,
             add_generation_prompt,
             &token(special.bos),
             &token(special.eos),
+            tools,
+            &serde_json::Map::new(),
         )?)
+    }
+
+    /// How the chat template's model writes tool calls.
+    pub fn tool_format(&self) -> ToolCallFormat {
+        self.tool_format
+    }
+
+    /// The end-of-sequence token's text, if the tokenizer has one.
+    pub fn eos_text(&self) -> Option<String> {
+        self.tokenizer.eos_id().and_then(|id| self.tokenizer.id_to_token(id))
     }
 
     /// The tokenizer.

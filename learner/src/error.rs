@@ -63,6 +63,14 @@ pub enum Error {
         /// What is wrong and what to do.
         message: String,
     },
+    /// An environment could not answer a turn (under `on_error = "fail"`).
+    #[error("environment {name}: {message}")]
+    Environment {
+        /// The environment's name.
+        name: String,
+        /// What went wrong, naming the episode.
+        message: String,
+    },
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

@@ -37,6 +37,8 @@
 //!   or on a thread that runs up to `max_staleness` steps ahead.
 //! - [`fleet`]: where rollouts come from — the in-process engine (weights
 //!   in memory) or rollout workers over gRPC (weights pushed in chunks).
+//! - [`episode`]: multi-turn episodes — the model's turns, an
+//!   environment's answers, appended as token ids with a loss mask.
 //! - [`conversation`]: a chat rendered turn by turn, each turn's ids
 //!   appended (several turns trained at once, loss on the assistant's).
 //! - [`data`]: prompts from JSONL (text or chat), an eval split, a seeded
@@ -67,6 +69,7 @@ pub mod config;
 pub mod conversation;
 pub mod data;
 mod engine_copy;
+pub mod episode;
 mod error;
 mod files;
 pub mod fleet;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use grpo_model::weights::HostTensor;
-use grpo_rollout::engine::{Engine, InFlight};
+use grpo_rollout::engine::{Engine, EngineStats, InFlight};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
 use grpo_xla::{Buffer, ElementType};
@@ -132,6 +132,11 @@ impl LocalFleet {
     /// A fleet of `engine` alone.
     pub fn new(engine: Engine) -> LocalFleet {
         LocalFleet { engine }
+    }
+
+    /// The engine's load and counters.
+    pub fn stats(&self) -> EngineStats {
+        self.engine.stats()
     }
 }
 

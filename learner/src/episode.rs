@@ -1,0 +1,396 @@
+//! Multi-turn episodes on the fleet: the model writes a turn, the
+//! environment answers (tool results, a user or observation message) or
+//! ends the episode, and the next turn continues from everything so far.
+//!
+//! Turns run in lockstep over a batch: every live episode generates its
+//! turn (the first turn of a row's `G` episodes is one request of `n = G`,
+//! sharing its prefill), the environment answers every turn at once, and
+//! the next round goes on. Each next turn's prompt is the episode's whole
+//! token history, so an engine that still keeps the episode's slot
+//! continues it and computes only the new tokens.
+//!
+//! Tokens are appended, never re-rendered: the model's turn is the ids it
+//! sampled, and an environment's answer is the text the chat template adds
+//! after that turn (the rest of the turn's closing, e.g. ChatML's newline
+//! after `<|im_end|>`, the answer's messages, the next assistant header),
+//! tokenized on its own. So the ids trained on are exactly those sampled
+//! and read; a template that would render earlier turns differently once
+//! more follow is refused, naming the turn.
+//!
+//! An episode ends when the environment says so, after `max_turns` model
+//! turns, or when the next turn would not fit `max_episode_tokens`
+//! (tokens after the prompt, the model's and the environment's).
+
+use grpo_env::environment::{Environment, EpisodeView, Reply};
+use grpo_model::chat::ChatMessage;
+use grpo_model::tools::{ParsedTurn, Tool, parse_tool_calls};
+use grpo_rollout::output::{Completion, FinishReason};
+use grpo_rollout::request::{Request, SamplingParams};
+use serde_json::{Map, Value};
+
+use crate::collect::PromptEncoder;
+use crate::data::{ChatTurn, Example, Prompt};
+use crate::error::{Error, Result};
+use crate::fleet::Fleet;
+
+/// An episode's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Most model turns.
+    pub max_turns: usize,
+    /// Most tokens in one model turn.
+    pub max_turn_tokens: usize,
+    /// Most tokens after the prompt, the model's and the environment's.
+    pub max_episode_tokens: usize,
+}
+
+/// Why an episode ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EpisodeEnd {
+    /// The environment ended it.
+    Done,
+    /// The model used its `max_turns` turns.
+    MaxTurns,
+    /// The next turn would not fit `max_episode_tokens`.
+    TokenBudget,
+}
+
+impl EpisodeEnd {
+    /// The name metrics and logs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EpisodeEnd::Done => "done",
+            EpisodeEnd::MaxTurns => "max_turns",
+            EpisodeEnd::TokenBudget => "token_budget",
+        }
+    }
+}
+
+/// One finished episode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    /// Every token after the prompt: the model's turns and what came between them.
+    pub tokens: Vec<u32>,
+    /// Which of them the model sampled (they carry loss).
+    pub loss_mask: Vec<bool>,
+    /// The behaviour log-prob of each sampled token (0 for the others).
+    pub logprobs: Vec<f32>,
+    /// The policy version each sampled token came from (0 for the others).
+    pub versions: Vec<u64>,
+    /// The messages after the prompt: the model's turns (with their parsed
+    /// tool calls) and the environment's answers.
+    pub messages: Vec<ChatMessage>,
+    /// Model turns taken.
+    pub turns: usize,
+    /// Tool calls the model made, and of those the malformed ones and the
+    /// ones naming a tool not on offer.
+    pub tool_calls: usize,
+    /// Of the tool calls, those that could not run (see [`Episode::tool_calls`]).
+    pub failed_tool_calls: usize,
+    /// Model turns cut by their token limit.
+    pub truncated_turns: usize,
+    /// Why it ended.
+    pub end: EpisodeEnd,
+    /// The environment's reward, if it gave one.
+    pub reward: Option<f32>,
+}
+
+impl Episode {
+    /// The model's last turn's text outside its tool calls.
+    pub fn last_turn(&self) -> &str {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "assistant")
+            .map_or("", |m| m.content.as_str())
+    }
+}
+
+/// The episodes of a batch of rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episodes {
+    /// Each row's prompt ids (its chat rendered with the tools on offer).
+    pub prompts: Vec<Vec<u32>>,
+    /// Each row's episodes, in sample order.
+    pub groups: Vec<Vec<Episode>>,
+}
+
+/// An episode while it runs.
+struct Live<'a> {
+    /// Its place among the batch's episodes (rows in order, then samples).
+    place: usize,
+    /// Its row.
+    row: usize,
+    /// The seed its later turns derive from.
+    seed: u32,
+    /// The prompt's ids then every token so far.
+    ids: Vec<u32>,
+    /// Every message so far, the prompt's first.
+    messages: Vec<ChatMessage>,
+    /// The template's text of `messages` as the model's last turn was
+    /// opened (the prompt, or the text after the environment's last answer).
+    rendered: String,
+    /// Whether the model's last turn ended with its end-of-turn token
+    /// (else it was cut, and the answer first closes the turn).
+    closed: bool,
+    episode: Episode,
+    columns: &'a Map<String, Value>,
+}
+
+/// Runs `n` episodes of each of `rows` (row `i`'s first turn
+/// sampled with `params(i)`, its `n` the group size; later turns with the
+/// same settings, one sample each).
+pub fn run_episodes(
+    fleet: &mut dyn Fleet,
+    environment: &dyn Environment,
+    runtime: &tokio::runtime::Runtime,
+    encoder: &PromptEncoder,
+    rows: &[&Example],
+    params: impl Fn(usize) -> SamplingParams,
+    budget: Budget,
+) -> Result<Episodes> {
+    let tools = environment.tools();
+    let mut prompts = Vec::with_capacity(rows.len());
+    let mut live: Vec<Live<'_>> = Vec::new();
+    let mut requests = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let messages = prompt_messages(&row.prompt);
+        let rendered = encoder.render_tools(&messages, true, &tools)?;
+        let ids = encoder.tokenizer().encode(&rendered, true)?;
+        let first = params(i);
+        for j in 0..first.n {
+            live.push(Live {
+                place: live.len(),
+                row: i,
+                seed: first.sample_seed(j),
+                ids: ids.clone(),
+                messages: messages.clone(),
+                rendered: rendered.clone(),
+                closed: false,
+                episode: Episode::default(),
+                columns: &row.columns,
+            });
+        }
+        requests.push(Request {
+            prompt: ids.clone(),
+            params: SamplingParams {
+                max_tokens: first
+                    .max_tokens
+                    .min(budget.max_turn_tokens)
+                    .min(budget.max_episode_tokens),
+                ..first
+            },
+        });
+        prompts.push(ids);
+    }
+    let template_params = params(0);
+    let mut finished: Vec<(usize, usize, Episode)> = Vec::with_capacity(live.len());
+    let mut turns: Vec<Completion> = fleet.generate(&requests)?.into_iter().flatten().collect();
+    let mut id = 0;
+    while !live.is_empty() {
+        let mut views = Vec::with_capacity(live.len());
+        for (episode, completion) in live.iter_mut().zip(turns) {
+            let parsed = take_turn(episode, completion, encoder, &tools)?;
+            views.push(parsed);
+        }
+        let replies = runtime.block_on(async {
+            let calls = live.iter().zip(&views).enumerate().map(|(k, (episode, turn))| {
+                environment.step(EpisodeView {
+                    id: id + k as u64,
+                    row: episode.columns,
+                    messages: &episode.messages,
+                    turn,
+                })
+            });
+            futures::future::join_all(calls).await
+        });
+        id += live.len() as u64;
+        let mut still = Vec::with_capacity(live.len());
+        let mut next = Vec::with_capacity(live.len());
+        for (mut episode, reply) in live.into_iter().zip(replies) {
+            let reply = reply.map_err(|e| Error::Environment {
+                name: environment.name().to_string(),
+                message: e.to_string(),
+            })?;
+            match answer(&mut episode, reply, encoder, &tools, budget)? {
+                Some(end) => {
+                    episode.episode.end = end;
+                    finished.push((episode.place, episode.row, episode.episode));
+                }
+                None => {
+                    let used = episode.episode.tokens.len();
+                    let turn = episode.episode.turns as u32;
+                    next.push(Request {
+                        prompt: episode.ids.clone(),
+                        params: SamplingParams {
+                            n: 1,
+                            max_tokens: budget.max_turn_tokens.min(budget.max_episode_tokens - used),
+                            seed: episode.seed.wrapping_add(turn.wrapping_mul(0x9E37_79B9)),
+                            ..template_params.clone()
+                        },
+                    });
+                    still.push(episode);
+                }
+            }
+        }
+        live = still;
+        turns = if next.is_empty() {
+            Vec::new()
+        } else {
+            fleet.generate(&next)?.into_iter().flatten().collect()
+        };
+    }
+    // Episodes finish in any order; each row's keep their sample order.
+    finished.sort_by_key(|(place, _, _)| *place);
+    let mut groups: Vec<Vec<Episode>> = (0..rows.len()).map(|_| Vec::new()).collect();
+    for (_, row, episode) in finished {
+        groups[row].push(episode);
+    }
+    Ok(Episodes { prompts, groups })
+}
+
+impl Default for Episode {
+    fn default() -> Self {
+        Episode {
+            tokens: Vec::new(),
+            loss_mask: Vec::new(),
+            logprobs: Vec::new(),
+            versions: Vec::new(),
+            messages: Vec::new(),
+            turns: 0,
+            tool_calls: 0,
+            failed_tool_calls: 0,
+            truncated_turns: 0,
+            end: EpisodeEnd::Done,
+            reward: None,
+        }
+    }
+}
+
+/// A data row's prompt as chat messages (a text prompt is one user message).
+fn prompt_messages(prompt: &Prompt) -> Vec<ChatMessage> {
+    match prompt {
+        Prompt::Text(text) => vec![ChatMessage::new("user", text.clone())],
+        Prompt::Chat(turns) => turns.iter().map(ChatTurn::message).collect(),
+    }
+}
+
+/// Appends the model's turn `completion` to `episode`; returns its calls.
+fn take_turn(
+    episode: &mut Live<'_>,
+    completion: Completion,
+    encoder: &PromptEncoder,
+    tools: &[Tool],
+) -> Result<ParsedTurn> {
+    let text = match completion.text {
+        Some(text) => text,
+        None => encoder.tokenizer().decode(&completion.tokens, true)?,
+    };
+    let e = &mut episode.episode;
+    e.turns += 1;
+    if completion.finish_reason == FinishReason::Length {
+        e.truncated_turns += 1;
+    }
+    e.tokens.extend(&completion.tokens);
+    e.loss_mask.extend(std::iter::repeat_n(true, completion.tokens.len()));
+    e.logprobs.extend(&completion.logprobs);
+    e.versions.extend(&completion.versions);
+    episode.ids.extend(&completion.tokens);
+    episode.closed =
+        completion.tokens.last().is_some() && completion.tokens.last().copied() == encoder.tokenizer().eos_id();
+    let turn = parse_tool_calls(&text, encoder.tool_format());
+    e.tool_calls += turn.calls.len();
+    e.failed_tool_calls += turn
+        .calls
+        .iter()
+        .filter(|call| match call {
+            Err(_) => true,
+            Ok(call) => !tools.iter().any(|t| t.name == call.name),
+        })
+        .count();
+    let message = ChatMessage::new("assistant", turn.content.clone())
+        .with_tool_calls(turn.well_formed().into_iter().cloned().collect());
+    e.messages.push(message.clone());
+    episode.messages.push(message);
+    Ok(turn)
+}
+
+/// Applies the environment's `reply` to `episode`: the end, if it ends
+/// here, else `None` with the answer's tokens appended.
+fn answer(
+    episode: &mut Live<'_>,
+    reply: Reply,
+    encoder: &PromptEncoder,
+    tools: &[Tool],
+    budget: Budget,
+) -> Result<Option<EpisodeEnd>> {
+    let messages = match reply {
+        Reply::Done { reward } => {
+            episode.episode.reward = reward;
+            return Ok(Some(EpisodeEnd::Done));
+        }
+        Reply::Continue(messages) => messages,
+    };
+    if episode.episode.turns >= budget.max_turns {
+        return Ok(Some(EpisodeEnd::MaxTurns));
+    }
+    let ids = encoder
+        .tokenizer()
+        .encode(&answer_text(episode, &messages, encoder, tools)?, false)?;
+    let used = episode.episode.tokens.len() + ids.len();
+    if used >= budget.max_episode_tokens {
+        return Ok(Some(EpisodeEnd::TokenBudget));
+    }
+    let e = &mut episode.episode;
+    e.tokens.extend(&ids);
+    e.loss_mask.extend(std::iter::repeat_n(false, ids.len()));
+    e.logprobs.extend(std::iter::repeat_n(0.0, ids.len()));
+    e.versions.extend(std::iter::repeat_n(0, ids.len()));
+    e.messages.extend(messages.iter().cloned());
+    episode.ids.extend(&ids);
+    episode.messages.extend(messages);
+    episode.rendered = encoder.render_tools(&episode.messages, true, tools)?;
+    Ok(None)
+}
+
+/// The text the template adds after the model's last turn when `messages`
+/// answer it: the rest of the turn's closing after its end-of-turn token,
+/// the messages, and the next assistant header.
+fn answer_text(
+    episode: &Live<'_>,
+    messages: &[ChatMessage],
+    encoder: &PromptEncoder,
+    tools: &[Tool],
+) -> Result<String> {
+    let with_turn = encoder.render_tools(&episode.messages, false, tools)?;
+    let mut all = episode.messages.clone();
+    all.extend(messages.iter().cloned());
+    let with_answer = encoder.render_tools(&all, true, tools)?;
+    let rewritten = || Error::Config {
+        field: "model.chat_template",
+        message: format!(
+            "the chat template renders the turns before turn {} differently once an answer follows; \
+             grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
+            episode.messages.len()
+        ),
+    };
+    let added = with_answer.strip_prefix(with_turn.as_str()).ok_or_else(rewritten)?;
+    // What the template writes to close the turn: after its end-of-turn
+    // token when the sampled ids end with it, from that token on when the
+    // turn was cut.
+    let turn_text = with_turn
+        .strip_prefix(episode.rendered.as_str())
+        .ok_or_else(rewritten)?;
+    let closing = encoder
+        .eos_text()
+        .and_then(|eos| {
+            let at = turn_text.rfind(eos.as_str())?;
+            Some(if episode.closed {
+                &turn_text[at + eos.len()..]
+            } else {
+                &turn_text[at..]
+            })
+        })
+        .unwrap_or("");
+    Ok(format!("{closing}{added}"))
+}

@@ -1,0 +1,254 @@
+//! Multi-turn episodes on the in-process engine, with a tiny random llama
+//! and SmolLM2's tokenizer under a ChatML template: the model's sampled ids
+//! are kept as sampled and carry loss, each environment answer is exactly
+//! the template's text after the turn, the behaviour log-probs are the
+//! policy's over the whole episode, later turns continue their slots, and
+//! the turn and token budgets end episodes.
+
+use std::sync::Arc;
+
+use grpo_env::calculate::Calculate;
+use grpo_env::environment::{Environment, EnvironmentError, EpisodeView, Reply, ToolEnvironment};
+use grpo_env::toolbox::Toolbox;
+use grpo_learner::collect::PromptEncoder;
+use grpo_learner::data::{ChatTurn, Example, Prompt};
+use grpo_learner::episode::{Budget, EpisodeEnd, Episodes, run_episodes};
+use grpo_learner::fleet::LocalFleet;
+use grpo_model::chat::ChatMessage;
+use grpo_model::config::Family;
+use grpo_model::decoder::Decoder;
+use grpo_model::init::{Preset, preset_config, random_weights};
+use grpo_model::load::upload_parameters;
+use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::tools::Tool;
+use grpo_model::weights::{Safetensors, save_safetensors};
+use grpo_reward::BoxFuture;
+use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::request::SamplingParams;
+use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
+
+/// Answers "go on N" until the model has taken `turns` turns, then ends
+/// with the number of turns as its reward.
+struct GoOn {
+    turns: usize,
+}
+
+impl Environment for GoOn {
+    fn name(&self) -> &str {
+        "go-on"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        Vec::new()
+    }
+
+    fn step<'a>(&'a self, episode: EpisodeView<'a>) -> BoxFuture<'a, Result<Reply, EnvironmentError>> {
+        let taken = episode.messages.iter().filter(|m| m.role == "assistant").count();
+        let reply = if taken >= self.turns {
+            Reply::Done {
+                reward: Some(taken as f32),
+            }
+        } else {
+            Reply::Continue(vec![ChatMessage::new("user", format!("go on {taken}"))])
+        };
+        Box::pin(async move { Ok(reply) })
+    }
+}
+
+/// The tiny random llama's client, weights and an in-process fleet.
+struct Setup {
+    client: Client,
+    decoder: Decoder,
+    params: Vec<Buffer>,
+    encoder: PromptEncoder,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn setup() -> Setup {
+    let client = Client::for_platform(
+        Platform::Cpu,
+        ClientOptions::default().compile_cache_dir(None).cpu_device_count(1),
+    )
+    .unwrap();
+    let pretrained = grpo_model::pretrained::Pretrained::open(grpo_model::bundled::SMOLLM2_NAME).unwrap();
+    let template = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../model/templates/chatml_tools.jinja"
+    ))
+    .unwrap();
+    let tokenizer = pretrained
+        .tokenizer
+        .expect("run `grpo setup`")
+        .with_chat_template(template);
+    let config = preset_config(Family::Llama, Preset::Tiny, tokenizer.vocab_size(), Some(1), 2);
+    let decoder = Decoder::new(config.clone());
+    let dir = tempfile::tempdir().unwrap();
+    save_safetensors(
+        dir.path().join("model.safetensors"),
+        &random_weights(&config, 5).unwrap(),
+    )
+    .unwrap();
+    let weights = Safetensors::open_dir(dir.path()).unwrap();
+    let params = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
+    Setup {
+        client,
+        decoder,
+        params,
+        encoder: PromptEncoder::new(Arc::new(tokenizer)).unwrap(),
+        runtime: tokio::runtime::Runtime::new().unwrap(),
+    }
+}
+
+impl Setup {
+    fn fleet(&self) -> LocalFleet {
+        let params = self
+            .params
+            .iter()
+            .map(|b| b.copy_to_device(b.device()).unwrap())
+            .collect();
+        let config = EngineConfig {
+            max_num_seqs: 8,
+            max_model_len: 512,
+            dtype: ElementType::F32,
+            ..EngineConfig::default()
+        };
+        LocalFleet::new(Engine::new(&self.client, self.decoder.clone(), params, config).unwrap())
+    }
+
+    fn run(&self, fleet: &mut LocalFleet, environment: &dyn Environment, budget: Budget) -> Episodes {
+        let rows = rows();
+        let rows: Vec<&Example> = rows.iter().collect();
+        let params = |i: usize| SamplingParams {
+            n: 3,
+            max_tokens: budget.max_turn_tokens,
+            temperature: 1.0,
+            seed: 40 + i as u32,
+            ..SamplingParams::default()
+        };
+        run_episodes(fleet, environment, &self.runtime, &self.encoder, &rows, params, budget).unwrap()
+    }
+}
+
+fn rows() -> Vec<Example> {
+    ["What is 12 times 34?", "Say hello."]
+        .iter()
+        .enumerate()
+        .map(|(index, text)| Example {
+            index,
+            prompt: Prompt::Chat(vec![ChatTurn::new("user", text)]),
+            columns: Default::default(),
+        })
+        .collect()
+}
+
+#[test]
+fn episodes_keep_sampled_ids_append_the_templates_answers_and_score_as_the_policy() {
+    let s = setup();
+    let mut fleet = s.fleet();
+    let budget = Budget {
+        max_turns: 5,
+        max_turn_tokens: 6,
+        max_episode_tokens: 300,
+    };
+    let Episodes { prompts, groups } = s.run(&mut fleet, &GoOn { turns: 3 }, budget);
+    assert_eq!(groups.len(), 2);
+    let tokenizer = s.encoder.tokenizer();
+    let eos = tokenizer.eos_id().unwrap();
+    let mut sequences = Vec::new();
+    for (prompt, group) in prompts.iter().zip(&groups) {
+        assert_eq!(group.len(), 3);
+        for episode in group {
+            assert_eq!(
+                (episode.end, episode.turns, episode.reward),
+                (EpisodeEnd::Done, 3, Some(3.0))
+            );
+            let n = episode.tokens.len();
+            assert_eq!(
+                (episode.loss_mask.len(), episode.logprobs.len(), episode.versions.len()),
+                (n, n, n)
+            );
+            // The spans between the model's turns are exactly what the
+            // template writes after a turn: its closing, the answer, the
+            // next assistant header.
+            let mut spans: Vec<(bool, Vec<u32>)> = Vec::new();
+            for (&token, &mine) in episode.tokens.iter().zip(&episode.loss_mask) {
+                match spans.last_mut() {
+                    Some((kind, ids)) if *kind == mine => ids.push(token),
+                    _ => spans.push((mine, vec![token])),
+                }
+            }
+            assert_eq!(spans.iter().filter(|(mine, _)| *mine).count(), 3, "three model turns");
+            for (k, pair) in spans.windows(2).filter(|w| w[0].0).enumerate() {
+                let (turn, answer) = (&pair[0].1, &pair[1].1);
+                let closed = turn.last() == Some(&eos);
+                let text = tokenizer.decode(answer, false).unwrap();
+                let closing = if closed { "\n" } else { "<|im_end|>\n" };
+                assert_eq!(
+                    text,
+                    format!(
+                        "{closing}<|im_start|>user\ngo on {}<|im_end|>\n<|im_start|>assistant\n",
+                        k + 1
+                    )
+                );
+                assert!(
+                    episode
+                        .logprobs
+                        .iter()
+                        .zip(&episode.loss_mask)
+                        .all(|(&lp, &m)| m || lp == 0.0)
+                );
+            }
+            sequences.push([prompt.clone(), episode.tokens.clone()].concat());
+        }
+    }
+    // Later turns continued their episodes' slots.
+    assert!(fleet.stats().kept_prompt_tokens > 0, "{:?}", fleet.stats());
+    // Each sampled token's behaviour log-prob is the policy's given the
+    // whole episode before it, as the learner will score it.
+    let runner = LogprobsRunner::new(&s.client, s.decoder.clone(), ElementType::F32);
+    let scored = runner.run(&s.params, &sequences).unwrap();
+    let episodes = groups.iter().flatten();
+    for ((episode, stats), prompt) in episodes.zip(&scored).zip(prompts.iter().flat_map(|p| [p; 3])) {
+        for (j, (&mine, &lp)) in episode.loss_mask.iter().zip(&episode.logprobs).enumerate() {
+            if mine {
+                let want = stats.logprobs[prompt.len() - 1 + j];
+                assert!((lp - want).abs() < 1e-4, "token {j}: engine {lp}, policy {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn budgets_end_episodes_and_a_turn_without_calls_ends_a_tool_episode() {
+    let s = setup();
+    let mut fleet = s.fleet();
+    let turns = Budget {
+        max_turns: 2,
+        max_turn_tokens: 5,
+        max_episode_tokens: 300,
+    };
+    for episode in s.run(&mut fleet, &GoOn { turns: 9 }, turns).groups.iter().flatten() {
+        assert_eq!(
+            (episode.end, episode.turns, episode.reward),
+            (EpisodeEnd::MaxTurns, 2, None)
+        );
+        assert!(episode.tokens.len() <= 5 + 30 + 5);
+    }
+    let tokens = Budget {
+        max_turns: 9,
+        max_turn_tokens: 5,
+        max_episode_tokens: 30,
+    };
+    for episode in s.run(&mut fleet, &GoOn { turns: 9 }, tokens).groups.iter().flatten() {
+        assert_eq!(episode.end, EpisodeEnd::TokenBudget);
+        assert!(episode.tokens.len() <= 30, "{}", episode.tokens.len());
+    }
+    let tools = ToolEnvironment::new(Toolbox::new().with(Calculate::new()).unwrap());
+    for episode in s.run(&mut fleet, &tools, turns).groups.iter().flatten() {
+        // A random model calls no tool: its first turn is its answer.
+        assert_eq!(
+            (episode.end, episode.turns, episode.tool_calls),
+            (EpisodeEnd::Done, 1, 0)
+        );
+    }
+}

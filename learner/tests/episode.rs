@@ -101,6 +101,10 @@ fn setup() -> Setup {
 
 impl Setup {
     fn fleet(&self) -> LocalFleet {
+        self.fleet_continuing(true)
+    }
+
+    fn fleet_continuing(&self, continue_sequences: bool) -> LocalFleet {
         let params = self
             .params
             .iter()
@@ -110,7 +114,7 @@ impl Setup {
             max_num_seqs: 8,
             max_model_len: 512,
             dtype: ElementType::F32,
-            ..EngineConfig::default()
+            continue_sequences,
         };
         LocalFleet::new(Engine::new(&self.client, self.decoder.clone(), params, config).unwrap())
     }
@@ -251,4 +255,45 @@ fn budgets_end_episodes_and_a_turn_without_calls_ends_a_tool_episode() {
             (EpisodeEnd::Done, 1, 0)
         );
     }
+}
+
+#[test]
+fn continuing_slots_prefills_only_what_each_turn_adds() {
+    let s = setup();
+    let budget = Budget {
+        max_turns: 4,
+        max_turn_tokens: 8,
+        max_episode_tokens: 300,
+    };
+    let mut computed = Vec::new();
+    let mut runs = Vec::new();
+    for continuing in [true, false] {
+        let mut fleet = s.fleet_continuing(continuing);
+        runs.push(s.run(&mut fleet, &GoOn { turns: 4 }, budget));
+        let stats = fleet.stats();
+        computed.push(stats.prompt_tokens - stats.shared_prompt_tokens - stats.kept_prompt_tokens);
+    }
+    // The same episodes either way: the same tokens, log-probs within 1e-5.
+    assert_eq!(runs[0].prompts, runs[1].prompts);
+    for (a, b) in runs[0].groups.iter().flatten().zip(runs[1].groups.iter().flatten()) {
+        assert!(a.tokens == b.tokens && a.loss_mask == b.loss_mask && a.messages == b.messages);
+        assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-5));
+    }
+    let episodes = runs[0].groups.iter().flatten().count() as u64;
+    // Without continuation every turn prefills its whole history; with it,
+    // a turn computes its answer's tokens and the turn's last token.
+    let prompts: u64 = runs[0].prompts.iter().map(|p| p.len() as u64).sum();
+    let answers: u64 = runs[0]
+        .groups
+        .iter()
+        .flatten()
+        .map(|e| e.loss_mask.iter().filter(|m| !**m).count() as u64 + (e.turns as u64 - 1))
+        .sum();
+    assert_eq!(computed[0], prompts + answers, "with continuation");
+    eprintln!(
+        "prompt tokens computed per episode: {:.1} continuing, {:.1} prefilling whole",
+        computed[0] as f64 / episodes as f64,
+        computed[1] as f64 / episodes as f64
+    );
+    assert!(computed[1] > 2 * computed[0], "{computed:?}");
 }

@@ -12,7 +12,13 @@ pub fn test_python() -> PathBuf {
     if let Some(python) = std::env::var_os("GRPO_TEST_PYTHON").filter(|p| !p.is_empty()) {
         return PathBuf::from(python);
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/test-venv.sh");
+    // The workspace root is the package's folder or its parent.
+    let package = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = [package, package.parent().unwrap_or(package)]
+        .iter()
+        .map(|dir| dir.join("tools/test-venv.sh"))
+        .find(|script| script.is_file())
+        .unwrap_or_else(|| panic!("no tools/test-venv.sh in or above {}", package.display()));
     let output = Command::new("bash")
         .arg(&script)
         .stderr(Stdio::inherit())

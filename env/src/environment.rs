@@ -9,12 +9,14 @@
 //! environment only answers, so a stateless one (the transcript and the row
 //! carry everything) survives restarts of a plug-in process.
 
+use std::time::Duration;
+
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::{ParsedTurn, Tool};
 use grpo_reward::BoxFuture;
 use serde_json::{Map, Value};
 
-use crate::toolbox::{CallOutcome, Toolbox};
+use crate::toolbox::Toolbox;
 
 /// What an environment sees of an episode when it answers a turn.
 #[derive(Debug, Clone, Copy)]
@@ -32,8 +34,15 @@ pub struct EpisodeView<'a> {
 /// An environment's answer to a turn.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// The episode goes on: the messages the model reads next (at least one).
-    Continue(Vec<ChatMessage>),
+    /// The episode goes on.
+    Continue {
+        /// The messages the model reads next (at least one).
+        messages: Vec<ChatMessage>,
+        /// Of the turn's tool calls, those that could not run (malformed,
+        /// an unknown tool, arguments refused, the tool failed): TRL's
+        /// `tools/failure_frequency` counts them.
+        failed_calls: usize,
+    },
     /// The episode is over.
     Done {
         /// The environment's reward for the episode (`None`: the run's
@@ -58,6 +67,19 @@ pub trait Environment: Send + Sync {
 
     /// The answer to the latest turn of `episode`.
     fn step<'a>(&'a self, episode: EpisodeView<'a>) -> BoxFuture<'a, Result<Reply, EnvironmentError>>;
+
+    /// The answer to the latest turn within `limit` of the environment's
+    /// own time, or `None` when it ran past it. An environment that makes
+    /// calls wait their turn (one plug-in process) starts the clock when
+    /// the turn comes, so that waiting is never counted against it.
+    /// Default: [`Environment::step`] under the limit.
+    fn step_within<'a>(
+        &'a self,
+        episode: EpisodeView<'a>,
+        limit: Duration,
+    ) -> BoxFuture<'a, Option<Result<Reply, EnvironmentError>>> {
+        Box::pin(async move { tokio::time::timeout(limit, self.step(episode)).await.ok() })
+    }
 
     /// Episode `id` is over (ended by the environment, a budget or a
     /// fault): state kept for it may go. Default: nothing kept.
@@ -95,13 +117,14 @@ impl Environment for ToolEnvironment {
         let reply = if episode.turn.calls.is_empty() {
             Reply::Done { reward: None }
         } else {
-            Reply::Continue(
-                self.toolbox
-                    .answer(episode.turn)
+            let outcomes = self.toolbox.answer(episode.turn);
+            Reply::Continue {
+                messages: outcomes
                     .iter()
-                    .map(|outcome| ChatMessage::new("tool", CallOutcome::text(outcome)))
+                    .map(|outcome| ChatMessage::new("tool", outcome.text()))
                     .collect(),
-            )
+                failed_calls: outcomes.iter().filter(|o| o.failed()).count(),
+            }
         };
         Box::pin(async move { Ok(reply) })
     }
@@ -140,9 +163,10 @@ mod tests {
         assert_eq!(env.tools()[0].name, "calculate");
         let text = "<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>\
                     <tool_call>{\"name\": \"calculate\", \"arguments\": {}}</tool_call>";
-        let Reply::Continue(messages) = step(&env, text) else {
+        let Reply::Continue { messages, failed_calls } = step(&env, text) else {
             panic!("calls continue the episode")
         };
+        assert_eq!(failed_calls, 1);
         assert_eq!(messages.len(), 2);
         assert_eq!(messages[0], ChatMessage::new("tool", "144"));
         assert_eq!(messages[1].role, "tool");

@@ -2,9 +2,13 @@
 //! rows → prompt token ids (chat prompts through the model's template) →
 //! the rollout engine's completions → the reward pool's scores.
 
+use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use grpo_env::config::EnvironmentConfig;
+use grpo_env::guard::GuardedEnvironment;
 use grpo_model::chat::{ChatMessage, ChatTemplate};
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::tools::{Tool, ToolCallFormat};
@@ -13,11 +17,12 @@ use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 
 use crate::data::{ChatTurn, Example, Prompt};
+use crate::episode::{Budget, Episode, run_episodes};
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 
 /// A prompt as the engine and the rewards see it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EncodedPrompt {
     /// The text (the rendered chat for chat prompts).
     pub text: String,
@@ -64,6 +69,23 @@ impl PromptEncoder {
                 (text, messages)
             }
         };
+        let ids = self.tokenizer.encode(&text, true)?;
+        Ok(EncodedPrompt { text, messages, ids })
+    }
+
+    /// The prompt of an episode: chat turns (a text prompt is one user
+    /// message) rendered with `tools` on offer and the generation prompt,
+    /// and tokenized.
+    pub fn encode_episode(&self, prompt: &Prompt, tools: &[Tool]) -> Result<EncodedPrompt> {
+        let chat = prompt.chat();
+        let text = self.render_tools(&chat, true, tools)?;
+        let messages = chat
+            .iter()
+            .map(|m| Message {
+                role: m.role.clone(),
+                content: m.content.clone(),
+            })
+            .collect();
         let ids = self.tokenizer.encode(&text, true)?;
         Ok(EncodedPrompt { text, messages, ids })
     }
@@ -117,8 +139,13 @@ impl PromptEncoder {
 pub struct Collected {
     /// The prompts, in request order.
     pub prompts: Vec<EncodedPrompt>,
-    /// Per prompt, its `n` completions.
+    /// Per prompt, its `n` completions (of a multi-turn run: each episode
+    /// as one completion — every token after the prompt, the model's
+    /// log-probs and 0 for the others, the last turn's text).
     pub groups: Vec<Vec<Completion>>,
+    /// Per prompt, its `n` episodes in a multi-turn run (empty otherwise),
+    /// in the order of `groups`.
+    pub episodes: Vec<Vec<Episode>>,
     /// Every completion's reward, group after group.
     pub totals: Vec<Total>,
     /// Seconds generating.
@@ -136,6 +163,59 @@ impl Collected {
     /// Every completion, group after group.
     pub fn completions(&self) -> impl Iterator<Item = &Completion> {
         self.groups.iter().flatten()
+    }
+
+    /// Which completion tokens of sample `j` of group `g` the model sampled
+    /// (all of a single-turn completion's).
+    pub fn loss_mask(&self, g: usize, j: usize) -> Vec<bool> {
+        match self.episodes.get(g) {
+            Some(episodes) => episodes[j].loss_mask.clone(),
+            None => vec![true; self.groups[g][j].tokens.len()],
+        }
+    }
+}
+
+/// Where a multi-turn run's episodes take their turns: the environment
+/// that answers them and their budgets.
+pub struct EpisodeSetup {
+    /// What answers the model's turns, under its fault policy.
+    pub environment: GuardedEnvironment,
+    /// The episodes' limits.
+    pub budget: Budget,
+    /// The id the next episode gets (ids are unique within the process).
+    next_id: AtomicU64,
+}
+
+impl EpisodeSetup {
+    /// Episodes in `environment` within `budget`.
+    pub fn new(environment: GuardedEnvironment, budget: Budget) -> EpisodeSetup {
+        EpisodeSetup {
+            environment,
+            budget,
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    /// The `[environment]` table built (relative paths from `base_dir`, the
+    /// config's folder), each episode at most `max_completion_tokens`
+    /// after its prompt (`[rollout] max_completion_tokens`).
+    pub fn from_config(
+        config: &EnvironmentConfig,
+        base_dir: &Path,
+        max_completion_tokens: usize,
+    ) -> Result<EpisodeSetup> {
+        let environment = config.build(base_dir)?;
+        let budget = Budget {
+            max_turns: config.max_turns,
+            max_turn_tokens: config.max_turn_tokens,
+            max_episode_tokens: max_completion_tokens,
+        };
+        Ok(EpisodeSetup::new(environment, budget))
+    }
+
+    /// The tools the episodes offer.
+    pub fn tools(&self) -> Vec<Tool> {
+        self.environment.tools()
     }
 }
 
@@ -162,29 +242,119 @@ pub fn collect(
         })
         .collect();
     let groups = fleet.generate(&requests)?;
-    let time_generation = started.elapsed().as_secs_f64();
+    let generated = Generated {
+        prompts,
+        groups,
+        episodes: Vec::new(),
+        time_generation: started.elapsed().as_secs_f64(),
+    };
+    score(generated, rewards, runtime, rows)
+}
 
+/// Runs the episodes of `rows` in `setup`'s environment (row `i`'s first
+/// turn with `params(i)`, its `n` episodes) and scores each by the
+/// environment's reward plus the rewards' total on its transcript (its last
+/// turn as the completion): either alone when the other is missing.
+pub fn collect_episodes(
+    fleet: &mut dyn Fleet,
+    rewards: &RewardPool,
+    runtime: &tokio::runtime::Runtime,
+    encoder: &PromptEncoder,
+    setup: &EpisodeSetup,
+    rows: &[&Example],
+    params: impl Fn(usize) -> SamplingParams,
+) -> Result<Collected> {
+    let started = Instant::now();
+    let episodes: u64 = rows.iter().enumerate().map(|(i, _)| params(i).n as u64).sum();
+    let first_id = setup.next_id.fetch_add(episodes, Ordering::Relaxed);
+    let run = run_episodes(
+        fleet,
+        &setup.environment,
+        first_id,
+        runtime,
+        encoder,
+        rows,
+        params,
+        setup.budget,
+    )?;
+    let prompts = run.prompts;
+    let groups = run
+        .groups
+        .iter()
+        .map(|episodes| episodes.iter().enumerate().map(|(j, e)| e.completion(j)).collect())
+        .collect();
+    let generated = Generated {
+        prompts,
+        groups,
+        episodes: run.groups,
+        time_generation: started.elapsed().as_secs_f64(),
+    };
+    score(generated, rewards, runtime, rows)
+}
+
+/// What generation produced, before scoring.
+struct Generated {
+    prompts: Vec<EncodedPrompt>,
+    groups: Vec<Vec<Completion>>,
+    episodes: Vec<Vec<Episode>>,
+    time_generation: f64,
+}
+
+/// Scores every completion of `generated` (each episode's environment
+/// reward added to its total).
+fn score(
+    generated: Generated,
+    rewards: &RewardPool,
+    runtime: &tokio::runtime::Runtime,
+    rows: &[&Example],
+) -> Result<Collected> {
     let scoring = Instant::now();
+    let Generated {
+        prompts,
+        groups,
+        episodes,
+        time_generation,
+    } = generated;
     let mut samples = Vec::new();
     for (g, (group, prompt)) in groups.iter().zip(&prompts).enumerate() {
-        for completion in group {
+        for (j, completion) in group.iter().enumerate() {
+            let mut messages = prompt.messages.clone();
+            if let Some(episode) = episodes.get(g).map(|e| &e[j]) {
+                messages.extend(episode.messages.iter().map(|m| Message {
+                    role: m.role.clone(),
+                    content: m.content.clone(),
+                }));
+            }
             samples.push(Sample {
                 id: samples.len() as u64,
                 group_id: g as u64,
                 prompt: prompt.text.clone(),
-                messages: prompt.messages.clone(),
+                messages,
                 completion: completion.text.clone().unwrap_or_default(),
                 completion_ids: completion.tokens.clone(),
                 row: rows[g].columns.clone(),
             });
         }
     }
-    let totals = runtime.block_on(rewards.score(&samples))?;
+    let mut totals = runtime.block_on(rewards.score(&samples))?;
+    for (total, episode) in totals.iter_mut().zip(episodes.iter().flatten()) {
+        if episode.skipped {
+            *total = Total::default();
+        } else if let Some(reward) = episode.reward {
+            total.reward = Some(total.reward.unwrap_or(0.0) + reward);
+            total.components.insert(ENVIRONMENT_REWARD.to_string(), reward);
+        }
+    }
     Ok(Collected {
         prompts,
         groups,
+        episodes,
         totals,
         time_generation,
         time_reward: scoring.elapsed().as_secs_f64(),
     })
 }
+
+/// The name of an environment's reward among a total's components
+/// (`rewards/environment/mean` in the metrics).
+pub const ENVIRONMENT_REWARD: &str = "environment";

@@ -2,7 +2,7 @@
 //! components' settings. Every field has a documented default; unknown keys
 //! are refused naming them, and invalid values are refused before any work
 //! starts. The `[[reward]]` and `[reward_pool]` tables belong to
-//! grpo-reward and are read there. `grpo sft`'s config ([`sft`]) shares
+//! grpo-reward and are read there, the `[environment]` table to grpo-env. `grpo sft`'s config ([`sft`]) shares
 //! the `[model]`, `[optimizer]` and `[checkpoint]` sections.
 
 mod algorithm;
@@ -67,7 +67,7 @@ pub const MAX_MODEL_LEN: usize = 1 << 20;
 pub const MAX_COUNT: usize = 1024;
 
 impl ConfigFile for RunConfig {
-    const FOREIGN_TABLES: &[&str] = &["reward", "reward_pool"];
+    const FOREIGN_TABLES: &[&str] = &["reward", "reward_pool", "environment"];
 
     fn validate(&self) -> Result<()> {
         self.rollout.validate()?;

@@ -149,6 +149,17 @@ pub enum Prompt {
     Chat(Vec<ChatTurn>),
 }
 
+impl Prompt {
+    /// The prompt as chat messages (plain text is one user message), as an
+    /// episode starts from it.
+    pub fn chat(&self) -> Vec<ChatMessage> {
+        match self {
+            Prompt::Text(text) => vec![ChatMessage::new("user", text.clone())],
+            Prompt::Chat(turns) => turns.iter().map(ChatTurn::message).collect(),
+        }
+    }
+}
+
 /// One row of the data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Example {

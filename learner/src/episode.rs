@@ -18,18 +18,21 @@
 //! more follow is refused, naming the turn.
 //!
 //! An episode ends when the environment says so, after `max_turns` model
-//! turns, or when the next turn would not fit `max_episode_tokens`
-//! (tokens after the prompt, the model's and the environment's).
+//! turns, when the next turn would not fit `max_episode_tokens` (tokens
+//! after the prompt, the model's and the environment's), or on an
+//! environment fault (as the environment's `on_error` says: a score stands
+//! in for its reward, or the episode is left out of training).
 
-use grpo_env::environment::{Environment, EpisodeView, Reply};
+use grpo_env::environment::EpisodeView;
+use grpo_env::guard::{Answer, GuardedEnvironment};
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::{ParsedTurn, Tool, parse_tool_calls};
 use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use serde_json::{Map, Value};
 
-use crate::collect::PromptEncoder;
-use crate::data::{ChatTurn, Example, Prompt};
+use crate::collect::{EncodedPrompt, PromptEncoder};
+use crate::data::Example;
 use crate::error::{Error, Result};
 use crate::fleet::Fleet;
 
@@ -53,6 +56,8 @@ pub enum EpisodeEnd {
     MaxTurns,
     /// The next turn would not fit `max_episode_tokens`.
     TokenBudget,
+    /// The environment faulted (crashed, timed out, answered out of protocol).
+    Fault,
 }
 
 impl EpisodeEnd {
@@ -62,6 +67,7 @@ impl EpisodeEnd {
             EpisodeEnd::Done => "done",
             EpisodeEnd::MaxTurns => "max_turns",
             EpisodeEnd::TokenBudget => "token_budget",
+            EpisodeEnd::Fault => "fault",
         }
     }
 }
@@ -82,20 +88,42 @@ pub struct Episode {
     pub messages: Vec<ChatMessage>,
     /// Model turns taken.
     pub turns: usize,
-    /// Tool calls the model made, and of those the malformed ones and the
-    /// ones naming a tool not on offer.
+    /// Tool calls the model made, well-formed or not.
     pub tool_calls: usize,
-    /// Of the tool calls, those that could not run (see [`Episode::tool_calls`]).
+    /// Of those, the ones the environment said could not run.
     pub failed_tool_calls: usize,
     /// Model turns cut by their token limit.
     pub truncated_turns: usize,
     /// Why it ended.
     pub end: EpisodeEnd,
-    /// The environment's reward, if it gave one.
+    /// The environment's reward, if it gave one (under `on_error = <score>`
+    /// a fault's score).
     pub reward: Option<f32>,
+    /// A fault ended it under `on_error = "skip"`: it is left out of training.
+    pub skipped: bool,
 }
 
 impl Episode {
+    /// The episode as sample `index` of its group: every token after the
+    /// prompt, their log-probs and versions, the last turn's text; `stop`
+    /// when the environment ended it, else `length`.
+    pub fn completion(&self, index: usize) -> Completion {
+        Completion {
+            index,
+            tokens: self.tokens.clone(),
+            logprobs: self.logprobs.clone(),
+            top_logprobs: vec![Vec::new(); self.tokens.len()],
+            versions: self.versions.clone(),
+            text: Some(self.last_turn().to_string()),
+            finish_reason: if self.end == EpisodeEnd::Done {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
+            },
+            stop_reason: None,
+        }
+    }
+
     /// The model's last turn's text outside its tool calls.
     pub fn last_turn(&self) -> &str {
         self.messages
@@ -109,8 +137,8 @@ impl Episode {
 /// The episodes of a batch of rows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Episodes {
-    /// Each row's prompt ids (its chat rendered with the tools on offer).
-    pub prompts: Vec<Vec<u32>>,
+    /// Each row's prompt (its chat rendered with the tools on offer).
+    pub prompts: Vec<EncodedPrompt>,
     /// Each row's episodes, in sample order.
     pub groups: Vec<Vec<Episode>>,
 }
@@ -119,6 +147,8 @@ pub struct Episodes {
 struct Live<'a> {
     /// Its place among the batch's episodes (rows in order, then samples).
     place: usize,
+    /// Its id, as the environment knows it.
+    id: u64,
     /// Its row.
     row: usize,
     /// The seed its later turns derive from.
@@ -139,10 +169,13 @@ struct Live<'a> {
 
 /// Runs `n` episodes of each of `rows` (row `i`'s first turn
 /// sampled with `params(i)`, its `n` the group size; later turns with the
-/// same settings, one sample each).
+/// same settings, one sample each). The episodes' ids are `first_id` on, in
+/// order; the environment is told of each one's end.
+#[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
     fleet: &mut dyn Fleet,
-    environment: &dyn Environment,
+    environment: &GuardedEnvironment,
+    first_id: u64,
     runtime: &tokio::runtime::Runtime,
     encoder: &PromptEncoder,
     rows: &[&Example],
@@ -154,13 +187,14 @@ pub fn run_episodes(
     let mut live: Vec<Live<'_>> = Vec::new();
     let mut requests = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        let messages = prompt_messages(&row.prompt);
-        let rendered = encoder.render_tools(&messages, true, &tools)?;
-        let ids = encoder.tokenizer().encode(&rendered, true)?;
+        let messages = row.prompt.chat();
+        let prompt = encoder.encode_episode(&row.prompt, &tools)?;
+        let (rendered, ids) = (prompt.text.clone(), prompt.ids.clone());
         let first = params(i);
         for j in 0..first.n {
             live.push(Live {
                 place: live.len(),
+                id: first_id + live.len() as u64,
                 row: i,
                 seed: first.sample_seed(j),
                 ids: ids.clone(),
@@ -181,22 +215,21 @@ pub fn run_episodes(
                 ..first
             },
         });
-        prompts.push(ids);
+        prompts.push(prompt);
     }
     let template_params = params(0);
     let mut finished: Vec<(usize, usize, Episode)> = Vec::with_capacity(live.len());
     let mut turns: Vec<Completion> = fleet.generate(&requests)?.into_iter().flatten().collect();
-    let mut id = 0;
     while !live.is_empty() {
         let mut views = Vec::with_capacity(live.len());
         for (episode, completion) in live.iter_mut().zip(turns) {
-            let parsed = take_turn(episode, completion, encoder, &tools)?;
+            let parsed = take_turn(episode, completion, encoder)?;
             views.push(parsed);
         }
         let replies = runtime.block_on(async {
-            let calls = live.iter().zip(&views).enumerate().map(|(k, (episode, turn))| {
+            let calls = live.iter().zip(&views).map(|(episode, turn)| {
                 environment.step(EpisodeView {
-                    id: id + k as u64,
+                    id: episode.id,
                     row: episode.columns,
                     messages: &episode.messages,
                     turn,
@@ -204,17 +237,15 @@ pub fn run_episodes(
             });
             futures::future::join_all(calls).await
         });
-        id += live.len() as u64;
         let mut still = Vec::with_capacity(live.len());
         let mut next = Vec::with_capacity(live.len());
+        let mut ended = Vec::new();
         for (mut episode, reply) in live.into_iter().zip(replies) {
-            let reply = reply.map_err(|e| Error::Environment {
-                name: environment.name().to_string(),
-                message: e.to_string(),
-            })?;
+            let reply = reply?;
             match answer(&mut episode, reply, encoder, &tools, budget)? {
                 Some(end) => {
                     episode.episode.end = end;
+                    ended.push(episode.id);
                     finished.push((episode.place, episode.row, episode.episode));
                 }
                 None => {
@@ -233,6 +264,9 @@ pub fn run_episodes(
                 }
             }
         }
+        runtime.block_on(futures::future::join_all(
+            ended.into_iter().map(|id| environment.end(id)),
+        ));
         live = still;
         turns = if next.is_empty() {
             Vec::new()
@@ -263,25 +297,13 @@ impl Default for Episode {
             truncated_turns: 0,
             end: EpisodeEnd::Done,
             reward: None,
+            skipped: false,
         }
     }
 }
 
-/// A data row's prompt as chat messages (a text prompt is one user message).
-fn prompt_messages(prompt: &Prompt) -> Vec<ChatMessage> {
-    match prompt {
-        Prompt::Text(text) => vec![ChatMessage::new("user", text.clone())],
-        Prompt::Chat(turns) => turns.iter().map(ChatTurn::message).collect(),
-    }
-}
-
 /// Appends the model's turn `completion` to `episode`; returns its calls.
-fn take_turn(
-    episode: &mut Live<'_>,
-    completion: Completion,
-    encoder: &PromptEncoder,
-    tools: &[Tool],
-) -> Result<ParsedTurn> {
+fn take_turn(episode: &mut Live<'_>, completion: Completion, encoder: &PromptEncoder) -> Result<ParsedTurn> {
     let text = match completion.text {
         Some(text) => text,
         None => encoder.tokenizer().decode(&completion.tokens, true)?,
@@ -300,14 +322,6 @@ fn take_turn(
         completion.tokens.last().is_some() && completion.tokens.last().copied() == encoder.tokenizer().eos_id();
     let turn = parse_tool_calls(&text, encoder.tool_format());
     e.tool_calls += turn.calls.len();
-    e.failed_tool_calls += turn
-        .calls
-        .iter()
-        .filter(|call| match call {
-            Err(_) => true,
-            Ok(call) => !tools.iter().any(|t| t.name == call.name),
-        })
-        .count();
     let message = ChatMessage::new("assistant", turn.content.clone())
         .with_tool_calls(turn.well_formed().into_iter().cloned().collect());
     e.messages.push(message.clone());
@@ -319,17 +333,28 @@ fn take_turn(
 /// here, else `None` with the answer's tokens appended.
 fn answer(
     episode: &mut Live<'_>,
-    reply: Reply,
+    reply: Answer,
     encoder: &PromptEncoder,
     tools: &[Tool],
     budget: Budget,
 ) -> Result<Option<EpisodeEnd>> {
     let messages = match reply {
-        Reply::Done { reward } => {
+        Answer::Done { reward } => {
             episode.episode.reward = reward;
             return Ok(Some(EpisodeEnd::Done));
         }
-        Reply::Continue(messages) => messages,
+        Answer::Faulted { reward, .. } => {
+            episode.episode.reward = Some(reward);
+            return Ok(Some(EpisodeEnd::Fault));
+        }
+        Answer::Skipped { .. } => {
+            episode.episode.skipped = true;
+            return Ok(Some(EpisodeEnd::Fault));
+        }
+        Answer::Continue { messages, failed_calls } => {
+            episode.episode.failed_tool_calls += failed_calls;
+            messages
+        }
     };
     if episode.episode.turns >= budget.max_turns {
         return Ok(Some(EpisodeEnd::MaxTurns));

@@ -63,14 +63,10 @@ pub enum Error {
         /// What is wrong and what to do.
         message: String,
     },
-    /// An environment could not answer a turn (under `on_error = "fail"`).
-    #[error("environment {name}: {message}")]
-    Environment {
-        /// The environment's name.
-        name: String,
-        /// What went wrong, naming the episode.
-        message: String,
-    },
+    /// The `[environment]` table cannot be used, its plug-in did not
+    /// start, or it faulted under `on_error = "fail"`.
+    #[error(transparent)]
+    Environment(#[from] grpo_env::Error),
     /// A traced program failed to build or run.
     #[error(transparent)]
     Xla(#[from] grpo_xla::Error),

@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use grpo_model::chat::ChatMessage;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_reward::RewardPool;
@@ -27,17 +28,18 @@ use crate::advantage::{ScaleRewards, advantages};
 use crate::batch::{PromptSharing, TrainSample, attention_width, pack_sharing};
 use crate::checkpoint::LoadedCheckpoint;
 use crate::choices::Choices;
-use crate::collect::PromptEncoder;
+use crate::collect::{EpisodeSetup, PromptEncoder};
 use crate::completion_logprobs::LogprobPrograms;
 use crate::config::RunConfig;
 use crate::data::{Example, PromptSampler, SamplerState};
+use crate::episode::Episode;
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, PolicyWeights};
 use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
 use crate::loss::GrpoLoss;
-use crate::metrics::{CompletionStats, eval_names, metrics_of, reward_breakdown};
+use crate::metrics::{CompletionStats, EpisodeStats, eval_names, metrics_of, reward_breakdown};
 use crate::objective::grpo::GrpoObjective;
-use crate::record::RolloutRow;
+use crate::record::{EpisodeRecord, RolloutRow};
 use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
 use crate::trainer::{LoopState, StepRecord, Task, Trainer};
@@ -101,6 +103,10 @@ pub struct StepReport {
     /// The completions' lengths (`completions/…`).
     #[serde(flatten)]
     pub completions: CompletionStats,
+    /// A multi-turn run's tool calls, turns and episode ends (`tools/…`,
+    /// `episode/…`; absent otherwise).
+    #[serde(flatten)]
+    pub episodes: Option<EpisodeStats>,
     /// The loss.
     pub loss: f32,
     /// Gradient norm before clipping.
@@ -166,6 +172,9 @@ pub struct EvalReport {
     /// The completions' lengths.
     #[serde(flatten)]
     pub completions: CompletionStats,
+    /// A multi-turn run's tool calls, turns and episode ends.
+    #[serde(flatten)]
+    pub episodes: Option<EpisodeStats>,
     /// Each reward function's mean and std.
     #[serde(flatten)]
     pub per_reward: BTreeMap<String, Option<f64>>,
@@ -235,6 +244,9 @@ pub struct GrpoParts {
     /// first device, the decoder's order; laid out on the mesh as the
     /// learner's weights): required when β > 0, unused otherwise.
     pub reference: Option<Vec<Buffer>>,
+    /// Multi-turn runs: the episodes' environment and budgets (`None`:
+    /// one completion per sample).
+    pub episodes: Option<EpisodeSetup>,
 }
 
 /// GRPO's rollouts, rewards and advantages feeding the learner.
@@ -268,6 +280,7 @@ impl Trainer<GrpoTask> {
             params,
             mesh,
             reference,
+            episodes,
         } = parts;
         check_rows(&mesh, config.micro_batch_rows)?;
         if (config.loss.beta > 0.0) != reference.is_some() {
@@ -314,6 +327,7 @@ impl Trainer<GrpoTask> {
                 seed: config.seed,
             },
             version: start.step,
+            episodes,
         };
         let reference = reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?;
         let task = GrpoTask {
@@ -351,13 +365,18 @@ impl Task for GrpoTask {
             .iter()
             .zip(&collected.prompts)
             .enumerate()
-            .flat_map(|(g, (group, prompt))| group.iter().map(move |completion| (g, completion, prompt)))
+            .flat_map(|(g, (group, prompt))| {
+                group
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, completion)| (g, j, completion, prompt))
+            })
             .enumerate()
-            .filter(|(_, (g, _, _))| !(stale || c.dynamic_sampling && adv.zero_std[*g]))
-            .map(|(i, (_, completion, prompt))| TrainSample {
+            .filter(|(_, (g, _, _, _))| !(stale || c.dynamic_sampling && adv.zero_std[*g]))
+            .map(|(i, (g, j, completion, prompt))| TrainSample {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
-                loss_mask: vec![true; completion.tokens.len()],
+                loss_mask: collected.loss_mask(g, j),
                 behaviour_logprobs: completion.logprobs.clone(),
                 advantage: adv.values[i],
                 valid: adv.valid[i],
@@ -392,6 +411,7 @@ impl Task for GrpoTask {
             reward_std: std,
             frac_reward_zero_std: adv.frac_zero_std(),
             completions: CompletionStats::of(collected.completions()),
+            episodes: EpisodeStats::of(collected.episodes.iter().flatten()),
             loss: metrics.loss,
             grad_norm: metrics.grad_norm,
             learning_rate: lr,
@@ -452,7 +472,7 @@ fn rollout_rows(step: usize, drawn: &Drawn, rewards: &[Option<f32>], advantages:
     let mut log = Vec::with_capacity(rewards.len());
     for (g, (group, prompt)) in collected.groups.iter().zip(&collected.prompts).enumerate() {
         let columns = serde_json::Value::Object(drawn.columns[g].clone()).to_string();
-        for completion in group {
+        for (j, completion) in group.iter().enumerate() {
             let i = log.len();
             log.push(RolloutRow {
                 step: step as u64,
@@ -466,10 +486,43 @@ fn rollout_rows(step: usize, drawn: &Drawn, rewards: &[Option<f32>], advantages:
                 completion_tokens: completion.tokens.len() as u32,
                 finish_reason: completion.finish_reason.as_str().to_string(),
                 columns: columns.clone(),
+                episode: collected.episodes.get(g).map(|e| episode_record(&e[j])),
             });
         }
     }
     log
+}
+
+/// What the rollout log keeps of `episode`.
+fn episode_record(episode: &Episode) -> EpisodeRecord {
+    let messages: Vec<serde_json::Value> = episode.messages.iter().map(openai_message).collect();
+    EpisodeRecord {
+        messages: serde_json::Value::Array(messages).to_string(),
+        token_ids: episode.tokens.clone(),
+        loss_mask: episode.loss_mask.clone(),
+        turns: episode.turns as u32,
+        tool_calls: episode.tool_calls as u32,
+        end: episode.end.as_str().to_string(),
+    }
+}
+
+/// `message` as OpenAI's chat API writes it (a call's arguments as JSON text).
+fn openai_message(message: &ChatMessage) -> serde_json::Value {
+    let mut json = serde_json::json!({"role": message.role, "content": message.content});
+    if !message.tool_calls.is_empty() {
+        let calls: Vec<serde_json::Value> = message
+            .tool_calls
+            .iter()
+            .map(|call| {
+                serde_json::json!({
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": serde_json::Value::Object(call.arguments.clone()).to_string()},
+                })
+            })
+            .collect();
+        json["tool_calls"] = serde_json::Value::Array(calls);
+    }
+    json
 }
 
 impl GrpoTask {
@@ -485,6 +538,7 @@ impl GrpoTask {
             reward: rewards.iter().map(|r| f64::from(r.unwrap_or(0.0))).sum::<f64>() / n,
             accuracy: rewards.iter().filter(|r| r.is_some_and(|r| r > 0.0)).count() as f64 / n,
             completions: CompletionStats::of(collected.completions()),
+            episodes: EpisodeStats::of(collected.episodes.iter().flatten()),
             per_reward: reward_breakdown(&self.reward_names, &collected.totals),
             runtime: started.elapsed().as_secs_f64(),
         })

@@ -2,12 +2,15 @@
 //! names with a slash — completion lengths (`completions/…`) and each
 //! reward function's mean and std (`rewards/<name>/…`) — and the names
 //! grpo wrote before it took TRL's, which a resumed run's
-//! `metrics.jsonl` is rewritten to ([`renamed`]); and reports as the
+//! `metrics.jsonl` is rewritten to ([`renamed`]); TRL's tool metrics and
+//! grpo's `episode/…` for multi-turn runs ([`EpisodeStats`]); and reports as the
 //! metrics of a line ([`metrics_of`], [`eval_names`]).
 
 use std::collections::BTreeMap;
 
 use grpo_reward::Total;
+
+use crate::episode::{Episode, EpisodeEnd};
 use grpo_rollout::output::{Completion, FinishReason};
 use serde_json::{Map, Value};
 
@@ -61,6 +64,63 @@ impl CompletionStats {
             min_terminated_length: terminated.min(),
             max_terminated_length: terminated.max as f64,
         }
+    }
+}
+
+/// What a batch of multi-turn episodes did, under TRL's tool metric names
+/// and grpo's `episode/…`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EpisodeStats {
+    /// Tool calls per episode (TRL's total calls over completions).
+    #[serde(rename = "tools/call_frequency")]
+    pub call_frequency: f64,
+    /// Of the tool calls, the fraction that could not run (0 without calls).
+    #[serde(rename = "tools/failure_frequency")]
+    pub failure_frequency: f64,
+    /// Model turns per episode.
+    #[serde(rename = "episode/turns_mean")]
+    pub turns_mean: f64,
+    /// Fraction of episodes the environment ended.
+    #[serde(rename = "episode/ended_done")]
+    pub ended_done: f64,
+    /// Fraction that used all `max_turns`.
+    #[serde(rename = "episode/ended_max_turns")]
+    pub ended_max_turns: f64,
+    /// Fraction whose next turn would not fit `max_completion_tokens`.
+    #[serde(rename = "episode/ended_token_budget")]
+    pub ended_token_budget: f64,
+    /// Fraction an environment fault ended.
+    #[serde(rename = "episode/ended_fault")]
+    pub ended_fault: f64,
+}
+
+impl EpisodeStats {
+    /// The statistics of `episodes` (`None` for none: a single-turn batch).
+    pub fn of<'a>(episodes: impl IntoIterator<Item = &'a Episode>) -> Option<EpisodeStats> {
+        let (mut count, mut calls, mut failed, mut turns) = (0usize, 0usize, 0usize, 0usize);
+        let mut ends = [0usize; 4];
+        for e in episodes {
+            count += 1;
+            calls += e.tool_calls;
+            failed += e.failed_tool_calls;
+            turns += e.turns;
+            ends[match e.end {
+                EpisodeEnd::Done => 0,
+                EpisodeEnd::MaxTurns => 1,
+                EpisodeEnd::TokenBudget => 2,
+                EpisodeEnd::Fault => 3,
+            }] += 1;
+        }
+        let per = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+        (count > 0).then(|| EpisodeStats {
+            call_frequency: per(calls, count),
+            failure_frequency: per(failed, calls),
+            turns_mean: per(turns, count),
+            ended_done: per(ends[0], count),
+            ended_max_turns: per(ends[1], count),
+            ended_token_budget: per(ends[2], count),
+            ended_fault: per(ends[3], count),
+        })
     }
 }
 

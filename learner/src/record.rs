@@ -15,13 +15,23 @@
 //! `prompt`, `completion` (utf8), `reward` (f32, null when the reward
 //! failed), `advantage` (f32), `completion_tokens` (u32), `finish_reason`
 //! (utf8: `stop`, `length` or `abort`), `columns` (utf8: the dataset row's
-//! other columns as JSON text). Parts are Snappy-compressed.
+//! other columns as JSON text), and for the episodes of a multi-turn run
+//! (null otherwise): `messages` (utf8: the transcript after the prompt as
+//! JSON, OpenAI's shape with `tool` roles and `tool_calls`), `token_ids`
+//! (list of u32: every token after the prompt), `loss_mask` (list of bool:
+//! the model's own tokens), `turns` and `tool_calls` (u32), `episode_end`
+//! (utf8: `done`, `max_turns` or `token_budget`). Parts are
+//! Snappy-compressed; parts written before the episode columns existed
+//! read back with them null.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, Float32Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::builder::{BooleanBuilder, ListBuilder, UInt32Builder};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Float32Array, ListArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -58,6 +68,25 @@ pub struct RolloutRow {
     pub finish_reason: String,
     /// The dataset row's other columns as JSON text (e.g. `{"answer":"4"}`).
     pub columns: String,
+    /// The episode, in a multi-turn run.
+    pub episode: Option<EpisodeRecord>,
+}
+
+/// What the log keeps of an episode besides its row's other fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeRecord {
+    /// The messages after the prompt as a JSON array (OpenAI's shape).
+    pub messages: String,
+    /// Every token after the prompt.
+    pub token_ids: Vec<u32>,
+    /// Which of them the model sampled.
+    pub loss_mask: Vec<bool>,
+    /// Model turns.
+    pub turns: u32,
+    /// Tool calls made.
+    pub tool_calls: u32,
+    /// Why it ended (`done`, `max_turns`, `token_budget`).
+    pub end: String,
 }
 
 /// The rollout log of a run: a Parquet dataset folder of one part per step.
@@ -204,6 +233,12 @@ fn schema() -> SchemaRef {
         Field::new("completion_tokens", DataType::UInt32, false),
         Field::new("finish_reason", DataType::Utf8, false),
         Field::new("columns", DataType::Utf8, false),
+        Field::new("messages", DataType::Utf8, true),
+        Field::new_list("token_ids", Field::new_list_field(DataType::UInt32, false), true),
+        Field::new_list("loss_mask", Field::new_list_field(DataType::Boolean, false), true),
+        Field::new("turns", DataType::UInt32, true),
+        Field::new("tool_calls", DataType::UInt32, true),
+        Field::new("episode_end", DataType::Utf8, true),
     ]))
 }
 
@@ -225,6 +260,40 @@ fn to_batch(schema: &SchemaRef, rows: &[RolloutRow]) -> std::result::Result<Reco
         strs(|r| &r.finish_reason),
         strs(|r| &r.columns),
     ];
+    let episodes = || rows.iter().map(|r| r.episode.as_ref());
+    let mut token_ids =
+        ListBuilder::new(UInt32Builder::new()).with_field(Field::new_list_field(DataType::UInt32, false));
+    let mut loss_mask =
+        ListBuilder::new(BooleanBuilder::new()).with_field(Field::new_list_field(DataType::Boolean, false));
+    for episode in episodes() {
+        match episode {
+            Some(e) => {
+                token_ids.values().append_slice(&e.token_ids);
+                token_ids.append(true);
+                for &m in &e.loss_mask {
+                    loss_mask.values().append_value(m);
+                }
+                loss_mask.append(true);
+            }
+            None => {
+                token_ids.append(false);
+                loss_mask.append(false);
+            }
+        }
+    }
+    let mut columns = columns;
+    columns.extend([
+        Arc::new(
+            episodes()
+                .map(|e| e.map(|e| e.messages.as_str()))
+                .collect::<StringArray>(),
+        ) as ArrayRef,
+        Arc::new(token_ids.finish()),
+        Arc::new(loss_mask.finish()),
+        Arc::new(episodes().map(|e| e.map(|e| e.turns)).collect::<UInt32Array>()),
+        Arc::new(episodes().map(|e| e.map(|e| e.tool_calls)).collect::<UInt32Array>()),
+        Arc::new(episodes().map(|e| e.map(|e| e.end.as_str())).collect::<StringArray>()),
+    ]);
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
 }
 
@@ -273,6 +342,18 @@ struct Columns<'a> {
     completion_tokens: &'a UInt32Array,
     finish_reason: &'a StringArray,
     columns: &'a StringArray,
+    /// The episode columns (absent in parts written before they existed).
+    episodes: Option<EpisodeColumns<'a>>,
+}
+
+/// The episode columns of a batch.
+struct EpisodeColumns<'a> {
+    messages: &'a StringArray,
+    token_ids: &'a ListArray,
+    loss_mask: &'a ListArray,
+    turns: &'a UInt32Array,
+    tool_calls: &'a UInt32Array,
+    end: &'a StringArray,
 }
 
 impl<'a> Columns<'a> {
@@ -301,6 +382,17 @@ impl<'a> Columns<'a> {
             completion_tokens: get(batch, "completion_tokens", path)?,
             finish_reason: get(batch, "finish_reason", path)?,
             columns: get(batch, "columns", path)?,
+            episodes: match batch.column_by_name("messages") {
+                None => None,
+                Some(_) => Some(EpisodeColumns {
+                    messages: get(batch, "messages", path)?,
+                    token_ids: get(batch, "token_ids", path)?,
+                    loss_mask: get(batch, "loss_mask", path)?,
+                    turns: get(batch, "turns", path)?,
+                    tool_calls: get(batch, "tool_calls", path)?,
+                    end: get(batch, "episode_end", path)?,
+                }),
+            },
         })
     }
 
@@ -325,6 +417,32 @@ impl<'a> Columns<'a> {
             completion_tokens: value(self.completion_tokens, i, "completion_tokens", |a| a.value(i))?,
             finish_reason: value(self.finish_reason, i, "finish_reason", |a| a.value(i).to_owned())?,
             columns: value(self.columns, i, "columns", |a| a.value(i).to_owned())?,
+            episode: self.episodes.as_ref().and_then(|e| e.row(i)),
+        })
+    }
+}
+
+impl EpisodeColumns<'_> {
+    /// Row `i`'s episode (`None` when its `messages` is null).
+    fn row(&self, i: usize) -> Option<EpisodeRecord> {
+        if self.messages.is_null(i) {
+            return None;
+        }
+        let list = |a: &ListArray| a.value(i);
+        let ids = list(self.token_ids);
+        let mask = list(self.loss_mask);
+        Some(EpisodeRecord {
+            messages: self.messages.value(i).to_owned(),
+            token_ids: ids.as_any().downcast_ref::<UInt32Array>()?.values().to_vec(),
+            loss_mask: mask
+                .as_any()
+                .downcast_ref::<BooleanArray>()?
+                .iter()
+                .map(|m| m == Some(true))
+                .collect(),
+            turns: self.turns.value(i),
+            tool_calls: self.tool_calls.value(i),
+            end: self.end.value(i).to_owned(),
         })
     }
 }

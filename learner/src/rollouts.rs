@@ -24,7 +24,7 @@ use grpo_rollout::request::{LogprobsMode, SamplingParams};
 use grpo_xla::ElementType;
 use serde_json::{Map, Value};
 
-use crate::collect::{Collected, PromptEncoder, collect};
+use crate::collect::{Collected, EpisodeSetup, PromptEncoder, collect, collect_episodes};
 use crate::data::{Example, PromptSampler, SamplerState};
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, PolicyWeights, SyncReport};
@@ -78,6 +78,9 @@ pub struct RolloutSide {
     pub sampling: Sampling,
     /// The fleet's policy version.
     pub version: u64,
+    /// Multi-turn runs: the environment and budgets of the episodes
+    /// (`None`: one completion per sample).
+    pub episodes: Option<EpisodeSetup>,
 }
 
 impl RolloutSide {
@@ -85,24 +88,19 @@ impl RolloutSide {
     fn draw(&mut self, step: usize, sync: Option<SyncReport>) -> Result<Drawn> {
         let s = self.sampling;
         let rows = self.sampler.next_batch(s.prompts_per_step);
-        let examples: Vec<&Example> = rows.iter().map(|&r| &self.data[r]).collect();
+        // Copies of the step's rows (a few prompts), as sampling borrows the fleet.
+        let examples: Vec<Example> = rows.iter().map(|&r| self.data[r].clone()).collect();
         let first_seed = step * s.prompts_per_step;
-        let collected = collect(
-            self.fleet.as_mut(),
-            &self.rewards,
-            &self.runtime,
-            &self.encoder,
-            &examples,
-            |i| SamplingParams {
-                n: s.group_size,
-                max_tokens: s.max_completion_tokens,
-                temperature: s.temperature,
-                seed: s.seed.wrapping_add((first_seed + i) as u32),
-                // Behaviour log-probs at the sampling temperature, as the learner scores.
-                logprobs_mode: LogprobsMode::Processed,
-                ..SamplingParams::default()
-            },
-        )?;
+        let params = |i: usize| SamplingParams {
+            n: s.group_size,
+            max_tokens: s.max_completion_tokens,
+            temperature: s.temperature,
+            seed: s.seed.wrapping_add((first_seed + i) as u32),
+            // Behaviour log-probs at the sampling temperature, as the learner scores.
+            logprobs_mode: LogprobsMode::Processed,
+            ..SamplingParams::default()
+        };
+        let collected = self.collect(&examples.iter().collect::<Vec<_>>(), params)?;
         Ok(Drawn {
             version: self.version,
             columns: examples.iter().map(|e| e.columns.clone()).collect(),
@@ -113,21 +111,25 @@ impl RolloutSide {
         })
     }
 
-    /// Greedy completions of `examples`, at most `max_tokens` each, scored.
+    /// Greedy completions (or episodes) of `examples`, at most
+    /// `max_tokens` a completion (or turn) each, scored.
     fn evaluate(&mut self, examples: &[Example], max_tokens: usize) -> Result<Collected> {
         let rows: Vec<&Example> = examples.iter().collect();
-        collect(
-            self.fleet.as_mut(),
-            &self.rewards,
-            &self.runtime,
-            &self.encoder,
-            &rows,
-            |_| SamplingParams {
-                max_tokens,
-                temperature: 0.0,
-                ..SamplingParams::default()
-            },
-        )
+        self.collect(&rows, |_| SamplingParams {
+            max_tokens,
+            temperature: 0.0,
+            ..SamplingParams::default()
+        })
+    }
+
+    /// Samples and scores `rows` (row `i` with `params(i)`): completions,
+    /// or episodes in a multi-turn run.
+    fn collect(&mut self, rows: &[&Example], params: impl Fn(usize) -> SamplingParams) -> Result<Collected> {
+        let fleet = self.fleet.as_mut();
+        match &self.episodes {
+            None => collect(fleet, &self.rewards, &self.runtime, &self.encoder, rows, params),
+            Some(setup) => collect_episodes(fleet, &self.rewards, &self.runtime, &self.encoder, setup, rows, params),
+        }
     }
 
     /// Installs `weights` as policy `version` on the fleet.

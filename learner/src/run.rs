@@ -30,10 +30,10 @@ use serde_json::{Map, Value};
 
 use crate::checkpoint::{self, LoadedCheckpoint, save_model};
 use crate::choices::{self, ChoiceRecord, ChoiceRequest};
-use crate::collect::PromptEncoder;
+use crate::collect::{EncodedPrompt, EpisodeSetup, PromptEncoder};
 use crate::config::sft::SftRunConfig;
 use crate::config::{CheckpointSection, ModelSection, RunConfig};
-use crate::data::{Example, load_jsonl, split};
+use crate::data::{Example, Prompt, load_jsonl, split};
 use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
 use crate::grpo::{GrpoConfig, GrpoParts, GrpoTask};
@@ -164,14 +164,14 @@ impl Start {
 /// it) and `completion_tokens` more do not fit `max_model_len`: the step
 /// that drew it would fail. Returns the longest prompt's length in tokens.
 fn check_prompts<'a>(
-    encoder: &PromptEncoder,
+    encode: impl Fn(&Prompt) -> Result<EncodedPrompt>,
     rows: impl Iterator<Item = &'a Example>,
     max_model_len: usize,
     completion_tokens: usize,
 ) -> Result<usize> {
     let mut longest: Option<(usize, String)> = None;
     for row in rows {
-        let prompt = encoder.encode(&row.prompt)?;
+        let prompt = encode(&row.prompt)?;
         if longest.as_ref().is_none_or(|(n, _)| prompt.ids.len() > *n) {
             longest = Some((prompt.ids.len(), prompt.text));
         }
@@ -260,9 +260,17 @@ fn logged_steps(path: &Path) -> bool {
 impl Run<GrpoTask> {
     /// GRPO fine-tuning as `config` says, scored by `rewards`, on `client`'s
     /// devices: the learner on the first (or a mesh of the first few), the
-    /// in-process engines and workers of `[rollout]`; continuing the run in
-    /// its output folder with `resume`.
-    pub fn grpo(config: &RunConfig, rewards: RewardPool, client: &Client, resume: bool) -> Result<Self> {
+    /// in-process engines and workers of `[rollout]`; each sample a
+    /// multi-turn episode when `episodes` is given (the `[environment]`
+    /// table), else one completion; continuing the run in its output folder
+    /// with `resume`.
+    pub fn grpo(
+        config: &RunConfig,
+        rewards: RewardPool,
+        episodes: Option<EpisodeSetup>,
+        client: &Client,
+        resume: bool,
+    ) -> Result<Self> {
         let plan = FleetPlan::of(&config.rollout);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model, &out, resume)?;
@@ -270,8 +278,13 @@ impl Run<GrpoTask> {
         let (r, t) = (&config.rollout, &config.trainer);
         let max_model_len = r.max_model_len.min(start.model.config.max_positions);
         let encoder = PromptEncoder::new(start.tokenizer.clone())?;
+        let tools = episodes.as_ref().map(EpisodeSetup::tools);
+        let encode = |prompt: &Prompt| match &tools {
+            Some(tools) => encoder.encode_episode(prompt, tools),
+            None => encoder.encode(prompt),
+        };
         let longest_prompt = check_prompts(
-            &encoder,
+            encode,
             train.iter().chain(&eval),
             max_model_len,
             r.max_completion_tokens,
@@ -329,6 +342,7 @@ impl Run<GrpoTask> {
             data_seed: config.data.seed,
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
             reference,
+            episodes,
         };
         let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
         let run = Run::assemble(

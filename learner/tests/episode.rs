@@ -2,13 +2,16 @@
 //! and SmolLM2's tokenizer under a ChatML template: the model's sampled ids
 //! are kept as sampled and carry loss, each environment answer is exactly
 //! the template's text after the turn, the behaviour log-probs are the
-//! policy's over the whole episode, later turns continue their slots, and
-//! the turn and token budgets end episodes.
+//! policy's over the whole episode, later turns continue their slots, the
+//! turn and token budgets end episodes, and environment faults end theirs as
+//! `on_error` says (each episode's end told once, under its own id).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use grpo_env::calculate::Calculate;
 use grpo_env::environment::{Environment, EnvironmentError, EpisodeView, Reply, ToolEnvironment};
+use grpo_env::guard::GuardedEnvironment;
 use grpo_env::toolbox::Toolbox;
 use grpo_learner::collect::PromptEncoder;
 use grpo_learner::data::{ChatTurn, Example, Prompt};
@@ -22,7 +25,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tools::Tool;
 use grpo_model::weights::{Safetensors, save_safetensors};
-use grpo_reward::BoxFuture;
+use grpo_reward::{BoxFuture, OnError};
 use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_rollout::request::SamplingParams;
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
@@ -49,7 +52,10 @@ impl Environment for GoOn {
                 reward: Some(taken as f32),
             }
         } else {
-            Reply::Continue(vec![ChatMessage::new("user", format!("go on {taken}"))])
+            Reply::Continue {
+                messages: vec![ChatMessage::new("user", format!("go on {taken}"))],
+                failed_calls: 0,
+            }
         };
         Box::pin(async move { Ok(reply) })
     }
@@ -119,7 +125,18 @@ impl Setup {
         LocalFleet::new(Engine::new(&self.client, self.decoder.clone(), params, config).unwrap())
     }
 
-    fn run(&self, fleet: &mut LocalFleet, environment: &dyn Environment, budget: Budget) -> Episodes {
+    fn run(&self, fleet: &mut LocalFleet, environment: impl Environment + 'static, budget: Budget) -> Episodes {
+        let guarded = GuardedEnvironment::new(Box::new(environment), Duration::from_secs(30), OnError::Fail);
+        self.run_guarded(fleet, &guarded, 0, budget)
+    }
+
+    fn run_guarded(
+        &self,
+        fleet: &mut LocalFleet,
+        environment: &GuardedEnvironment,
+        first_id: u64,
+        budget: Budget,
+    ) -> Episodes {
         let rows = rows();
         let rows: Vec<&Example> = rows.iter().collect();
         let params = |i: usize| SamplingParams {
@@ -129,7 +146,17 @@ impl Setup {
             seed: 40 + i as u32,
             ..SamplingParams::default()
         };
-        run_episodes(fleet, environment, &self.runtime, &self.encoder, &rows, params, budget).unwrap()
+        run_episodes(
+            fleet,
+            environment,
+            first_id,
+            &self.runtime,
+            &self.encoder,
+            &rows,
+            params,
+            budget,
+        )
+        .unwrap()
     }
 }
 
@@ -154,7 +181,7 @@ fn episodes_keep_sampled_ids_append_the_templates_answers_and_score_as_the_polic
         max_turn_tokens: 6,
         max_episode_tokens: 300,
     };
-    let Episodes { prompts, groups } = s.run(&mut fleet, &GoOn { turns: 3 }, budget);
+    let Episodes { prompts, groups } = s.run(&mut fleet, GoOn { turns: 3 }, budget);
     assert_eq!(groups.len(), 2);
     let tokenizer = s.encoder.tokenizer();
     let eos = tokenizer.eos_id().unwrap();
@@ -202,7 +229,7 @@ fn episodes_keep_sampled_ids_append_the_templates_answers_and_score_as_the_polic
                         .all(|(&lp, &m)| m || lp == 0.0)
                 );
             }
-            sequences.push([prompt.clone(), episode.tokens.clone()].concat());
+            sequences.push([prompt.ids.clone(), episode.tokens.clone()].concat());
         }
     }
     // Later turns continued their episodes' slots.
@@ -212,7 +239,7 @@ fn episodes_keep_sampled_ids_append_the_templates_answers_and_score_as_the_polic
     let runner = LogprobsRunner::new(&s.client, s.decoder.clone(), ElementType::F32);
     let scored = runner.run(&s.params, &sequences).unwrap();
     let episodes = groups.iter().flatten();
-    for ((episode, stats), prompt) in episodes.zip(&scored).zip(prompts.iter().flat_map(|p| [p; 3])) {
+    for ((episode, stats), prompt) in episodes.zip(&scored).zip(prompts.iter().flat_map(|p| [&p.ids; 3])) {
         for (j, (&mine, &lp)) in episode.loss_mask.iter().zip(&episode.logprobs).enumerate() {
             if mine {
                 let want = stats.logprobs[prompt.len() - 1 + j];
@@ -231,7 +258,7 @@ fn budgets_end_episodes_and_a_turn_without_calls_ends_a_tool_episode() {
         max_turn_tokens: 5,
         max_episode_tokens: 300,
     };
-    for episode in s.run(&mut fleet, &GoOn { turns: 9 }, turns).groups.iter().flatten() {
+    for episode in s.run(&mut fleet, GoOn { turns: 9 }, turns).groups.iter().flatten() {
         assert_eq!(
             (episode.end, episode.turns, episode.reward),
             (EpisodeEnd::MaxTurns, 2, None)
@@ -243,12 +270,12 @@ fn budgets_end_episodes_and_a_turn_without_calls_ends_a_tool_episode() {
         max_turn_tokens: 5,
         max_episode_tokens: 30,
     };
-    for episode in s.run(&mut fleet, &GoOn { turns: 9 }, tokens).groups.iter().flatten() {
+    for episode in s.run(&mut fleet, GoOn { turns: 9 }, tokens).groups.iter().flatten() {
         assert_eq!(episode.end, EpisodeEnd::TokenBudget);
         assert!(episode.tokens.len() <= 30, "{}", episode.tokens.len());
     }
     let tools = ToolEnvironment::new(Toolbox::new().with(Calculate::new()).unwrap());
-    for episode in s.run(&mut fleet, &tools, turns).groups.iter().flatten() {
+    for episode in s.run(&mut fleet, tools, turns).groups.iter().flatten() {
         // A random model calls no tool: its first turn is its answer.
         assert_eq!(
             (episode.end, episode.turns, episode.tool_calls),
@@ -269,12 +296,18 @@ fn continuing_slots_prefills_only_what_each_turn_adds() {
     let mut runs = Vec::new();
     for continuing in [true, false] {
         let mut fleet = s.fleet_continuing(continuing);
-        runs.push(s.run(&mut fleet, &GoOn { turns: 4 }, budget));
+        runs.push(s.run(&mut fleet, GoOn { turns: 4 }, budget));
         let stats = fleet.stats();
         computed.push(stats.prompt_tokens - stats.shared_prompt_tokens - stats.kept_prompt_tokens);
     }
     // The same episodes either way: the same tokens, log-probs within 1e-5.
-    assert_eq!(runs[0].prompts, runs[1].prompts);
+    assert!(
+        runs[0]
+            .prompts
+            .iter()
+            .zip(&runs[1].prompts)
+            .all(|(a, b)| a.ids == b.ids)
+    );
     for (a, b) in runs[0].groups.iter().flatten().zip(runs[1].groups.iter().flatten()) {
         assert!(a.tokens == b.tokens && a.loss_mask == b.loss_mask && a.messages == b.messages);
         assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-5));
@@ -282,7 +315,7 @@ fn continuing_slots_prefills_only_what_each_turn_adds() {
     let episodes = runs[0].groups.iter().flatten().count() as u64;
     // Without continuation every turn prefills its whole history; with it,
     // a turn computes its answer's tokens and the turn's last token.
-    let prompts: u64 = runs[0].prompts.iter().map(|p| p.len() as u64).sum();
+    let prompts: u64 = runs[0].prompts.iter().map(|p| p.ids.len() as u64).sum();
     let answers: u64 = runs[0]
         .groups
         .iter()
@@ -296,4 +329,100 @@ fn continuing_slots_prefills_only_what_each_turn_adds() {
         computed[1] as f64 / episodes as f64
     );
     assert!(computed[1] > 2 * computed[0], "{computed:?}");
+}
+
+/// Fails every turn of odd-numbered episodes at their second turn (else
+/// goes on), and records the ids it sees and the ends it is told.
+#[derive(Default)]
+struct Flaky {
+    seen: Arc<Mutex<Vec<u64>>>,
+    ended: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Environment for Flaky {
+    fn name(&self) -> &str {
+        "flaky"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        Vec::new()
+    }
+
+    fn step<'a>(&'a self, episode: EpisodeView<'a>) -> BoxFuture<'a, Result<Reply, EnvironmentError>> {
+        self.seen.lock().unwrap().push(episode.id);
+        let taken = episode.messages.iter().filter(|m| m.role == "assistant").count();
+        let reply = if episode.id % 2 == 1 && taken == 2 {
+            Err(EnvironmentError("the tool server went away".into()))
+        } else {
+            Ok(Reply::Continue {
+                messages: vec![ChatMessage::new("user", "go on")],
+                failed_calls: 0,
+            })
+        };
+        Box::pin(async move { reply })
+    }
+
+    fn end(&self, id: u64) -> BoxFuture<'_, ()> {
+        self.ended.lock().unwrap().push(id);
+        Box::pin(async {})
+    }
+}
+
+#[test]
+fn faults_end_episodes_as_on_error_says_and_every_end_is_told_once() {
+    let s = setup();
+    let mut fleet = s.fleet();
+    let budget = Budget {
+        max_turns: 3,
+        max_turn_tokens: 4,
+        max_episode_tokens: 300,
+    };
+    for (on_error, first_id) in [(OnError::Score(-1.0), 100), (OnError::Skip, 200)] {
+        let flaky = Flaky::default();
+        let (seen, ended) = (flaky.seen.clone(), flaky.ended.clone());
+        let guarded = GuardedEnvironment::new(Box::new(flaky), Duration::from_secs(30), on_error);
+        let episodes = s.run_guarded(&mut fleet, &guarded, first_id, budget);
+        let flat: Vec<_> = episodes.groups.iter().flatten().collect();
+        assert_eq!(flat.len(), 6);
+        for (k, episode) in flat.iter().enumerate() {
+            let id = first_id + k as u64;
+            if id % 2 == 1 {
+                let want = match on_error {
+                    OnError::Score(score) => (Some(score), false),
+                    _ => (None, true),
+                };
+                assert_eq!((episode.end, episode.turns), (EpisodeEnd::Fault, 2), "episode {id}");
+                assert_eq!((episode.reward, episode.skipped), want, "episode {id}");
+            } else {
+                assert_eq!((episode.end, episode.turns), (EpisodeEnd::MaxTurns, 3), "episode {id}");
+                assert_eq!((episode.reward, episode.skipped), (None, false));
+            }
+        }
+        assert_eq!(guarded.metrics().faults, 3);
+        // Ids are the episode's own through its turns (a faulted episode
+        // asked twice, the others three times); each end is told once.
+        let seen = seen.lock().unwrap().clone();
+        for id in first_id..first_id + 6 {
+            let asked = seen.iter().filter(|&&s| s == id).count();
+            assert_eq!(asked, if id % 2 == 1 { 2 } else { 3 }, "episode {id}");
+        }
+        let mut ended = ended.lock().unwrap().clone();
+        ended.sort();
+        assert_eq!(ended, (first_id..first_id + 6).collect::<Vec<_>>());
+    }
+    let failing = GuardedEnvironment::new(Box::new(Flaky::default()), Duration::from_secs(30), OnError::Fail);
+    let rows = rows();
+    let rows: Vec<&Example> = rows.iter().collect();
+    let params = |_| SamplingParams {
+        n: 3,
+        max_tokens: 4,
+        ..SamplingParams::default()
+    };
+    let error = run_episodes(&mut fleet, &failing, 0, &s.runtime, &s.encoder, &rows, params, budget).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("environment flaky failed on episode 1: the tool server went away"),
+        "{error}"
+    );
 }

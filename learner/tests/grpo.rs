@@ -1,6 +1,7 @@
 //! The whole on-policy iteration on a tiny fixture model: the reward (the
 //! fraction of completion tokens equal to one target token) rises over a
-//! few dozen steps; every step's weights reach the engine as a new version;
+//! few dozen steps, of single completions and of two-turn episodes; every
+//! step's weights reach the engine as a new version;
 //! data-parallel and FSDP learners over two devices train as one device does.
 
 mod common;
@@ -9,23 +10,29 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use grpo_env::environment::{Environment, EnvironmentError, EpisodeView, Reply};
+use grpo_env::guard::GuardedEnvironment;
 use grpo_learner::advantage::ScaleRewards;
 use grpo_learner::choices::Choices;
+use grpo_learner::collect::EpisodeSetup;
 use grpo_learner::data::{Example, Prompt};
+use grpo_learner::episode::Budget;
 use grpo_learner::fleet::LocalFleet;
 use grpo_learner::grpo::{GrpoConfig, GrpoParts, GrpoTask, StepReport};
 use grpo_learner::loss::GrpoLoss;
 use grpo_learner::record::RolloutRow;
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_learner::trainer::Trainer;
+use grpo_model::chat::ChatMessage;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::tools::Tool;
 use grpo_model::weights::Safetensors;
 use grpo_reward::metrics::RewardMetrics;
 use grpo_reward::pool::Entry;
-use grpo_reward::{OnError, RewardPool, Sample, SampleReward, Score};
+use grpo_reward::{BoxFuture, OnError, RewardPool, Sample, SampleReward, Score};
 use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_xla::trace::{AdamW, Mesh, Parallelism};
 use grpo_xla::{Client, ClientOptions, ElementType, Platform};
@@ -64,7 +71,41 @@ struct Variant {
     max_staleness: usize,
     /// The learner's SPMD layout (`None`: one device).
     parallelism: Option<Parallelism>,
+    /// Samples are two-turn episodes of [`GoOnce`].
+    episodes: bool,
 }
+
+/// Answers a first turn with "!" and ends the episode after the second,
+/// leaving the reward to the rewards.
+struct GoOnce;
+
+impl Environment for GoOnce {
+    fn name(&self) -> &str {
+        "go-once"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        Vec::new()
+    }
+
+    fn step<'a>(&'a self, episode: EpisodeView<'a>) -> BoxFuture<'a, Result<Reply, EnvironmentError>> {
+        let first = episode.messages.iter().filter(|m| m.role == "assistant").count() == 1;
+        let reply = if first {
+            Reply::Continue {
+                messages: vec![ChatMessage::new("user", "!")],
+                failed_calls: 0,
+            }
+        } else {
+            Reply::Done { reward: None }
+        };
+        Box::pin(async move { Ok(reply) })
+    }
+}
+
+/// A chat template whose markup is the fixture tokenizer's special tokens
+/// (ids below the fixture model's 128), roles left out.
+const BARE_TEMPLATE: &str = "{% for m in messages %}{{ '<|im_start|>' + m['content'] + '<|im_end|>' }}{% endfor %}\
+{% if add_generation_prompt %}{{ '<|im_start|>' }}{% endif %}";
 
 /// The loop on the tiny fixture model scoring with `reward`.
 fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<GrpoTask> {
@@ -79,7 +120,12 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
     let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
     let weights = Safetensors::open_dir(&dir).unwrap();
     let upload = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
-    let tokenizer = Arc::new(Tokenizer::from_file(fixtures.join("tokenizer/tiny/tokenizer.json")).unwrap());
+    let tokenizer = Tokenizer::from_file(fixtures.join("tokenizer/tiny/tokenizer.json")).unwrap();
+    let tokenizer = Arc::new(if variant.episodes {
+        tokenizer.with_chat_template(BARE_TEMPLATE.to_string())
+    } else {
+        tokenizer
+    });
     let engine = Engine::new(
         &client,
         decoder.clone(),
@@ -107,7 +153,8 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
     let config = GrpoConfig {
         group_size: 4,
         prompts_per_step: 4,
-        max_completion_tokens: 8,
+        // An episode: two turns of at most 6 tokens and the answer between them.
+        max_completion_tokens: if variant.episodes { 18 } else { 8 },
         loss: GrpoLoss {
             beta: variant.beta,
             ..GrpoLoss::default()
@@ -147,6 +194,15 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
         params,
         mesh: Mesh::new(&client, variant.parallelism).unwrap(),
         reference,
+        episodes: variant.episodes.then(|| {
+            let environment = GuardedEnvironment::new(Box::new(GoOnce), Duration::from_secs(5), OnError::Fail);
+            let budget = Budget {
+                max_turns: 2,
+                max_turn_tokens: 6,
+                max_episode_tokens: 18,
+            };
+            EpisodeSetup::new(environment, budget)
+        }),
     };
     Trainer::grpo(parts, config, None).unwrap()
 }
@@ -177,6 +233,33 @@ impl SampleReward for Constant {
     fn score_sample(&self, _: &Sample) -> grpo_reward::Result<Score> {
         Ok(Score::new(1.0))
     }
+}
+
+#[test]
+fn two_turn_episodes_learn_from_their_own_tokens() {
+    let mut grpo = tiny_loop(
+        Arc::new(TargetToken(40)),
+        Variant {
+            episodes: true,
+            ..Variant::default()
+        },
+    );
+    let mut reports = Vec::new();
+    for _ in 0..40 {
+        let (report, rows) = step(&mut grpo);
+        for row in &rows {
+            let episode = row.episode.as_ref().expect("every row an episode");
+            assert_eq!((episode.turns, episode.end.as_str()), (2, "done"));
+            // The answer between the turns carries no loss.
+            let answer = episode.loss_mask.iter().filter(|m| !**m).count();
+            assert!(answer > 0 && episode.loss_mask.len() == episode.token_ids.len());
+        }
+        reports.push(report);
+    }
+    let mean = |r: &[StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
+    let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
+    eprintln!("episode reward {first:.3} → {last:.3}");
+    assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
 }
 
 #[test]

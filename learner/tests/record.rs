@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use grpo_learner::Error;
-use grpo_learner::record::{DIR_NAME, RolloutLog, RolloutRow, read_rollouts};
+use grpo_learner::record::{DIR_NAME, EpisodeRecord, RolloutLog, RolloutRow, read_rollouts};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::record::Field;
 
@@ -36,6 +36,16 @@ fn rows(step: u64, groups: u32, samples: u32) -> Vec<RolloutRow> {
                 completion_tokens: 17 + k as u32,
                 finish_reason: ["stop", "length", "abort"][k % 3].to_string(),
                 columns: format!(r#"{{"answer":"{}","id":{k}}}"#, group + step as u32),
+                episode: (k % 2 == 1).then(|| EpisodeRecord {
+                    messages: format!(
+                        r#"[{{"role":"assistant","content":"ünï {k}"}},{{"role":"tool","content":"{k}"}}]"#
+                    ),
+                    token_ids: (0..k as u32 % 5).map(|t| t * 1000 + 7).collect(),
+                    loss_mask: (0..k % 5).map(|t| t % 2 == 0).collect(),
+                    turns: 1 + k as u32 % 3,
+                    tool_calls: k as u32 % 4,
+                    end: ["done", "max_turns", "token_budget"][k % 3].to_string(),
+                }),
             });
         }
     }
@@ -113,7 +123,7 @@ fn the_part_holds_the_documented_columns_for_any_parquet_reader() {
         .schema_descr()
         .columns()
         .iter()
-        .map(|c| c.name().to_string())
+        .map(|c| c.path().string())
         .collect();
     assert_eq!(
         names,
@@ -128,7 +138,13 @@ fn the_part_holds_the_documented_columns_for_any_parquet_reader() {
             "advantage",
             "completion_tokens",
             "finish_reason",
-            "columns"
+            "columns",
+            "messages",
+            "token_ids.list.item",
+            "loss_mask.list.item",
+            "turns",
+            "tool_calls",
+            "episode_end"
         ]
     );
     let got: Vec<_> = reader.get_row_iter(None).unwrap().map(|r| r.unwrap()).collect();
@@ -287,7 +303,7 @@ assert ds.dataset(sys.argv[1]).count_rows() == len(df)
 df = df.sort_values(["step", "group", "sample"], kind="stable")
 rows = []
 for r in df.to_dict("records"):
-    rows.append({k: (None if isinstance(v, float) and math.isnan(v) else (v.item() if hasattr(v, "item") else v)) for k, v in r.items()})
+    rows.append({k: (None if isinstance(v, float) and math.isnan(v) else (v.tolist() if hasattr(v, "tolist") else v)) for k, v in r.items()})
 print(json.dumps(rows))
 "#;
     let output = std::process::Command::new(python)
@@ -311,5 +327,28 @@ print(json.dumps(rows))
         assert_eq!(g["completion_tokens"], w.completion_tokens);
         assert_eq!(g["finish_reason"], w.finish_reason.as_str());
         assert_eq!(g["columns"], w.columns.as_str());
+        match &w.episode {
+            None => {
+                for column in [
+                    "messages",
+                    "token_ids",
+                    "loss_mask",
+                    "turns",
+                    "tool_calls",
+                    "episode_end",
+                ] {
+                    assert!(g[column].is_null(), "{column}: {}", g[column]);
+                }
+            }
+            Some(e) => {
+                assert_eq!(g["messages"], e.messages.as_str());
+                assert_eq!(g["token_ids"], serde_json::json!(e.token_ids));
+                assert_eq!(g["loss_mask"], serde_json::json!(e.loss_mask));
+                // pandas reads a u32 column with nulls as floats.
+                assert_eq!(g["turns"].as_f64(), Some(f64::from(e.turns)));
+                assert_eq!(g["tool_calls"].as_f64(), Some(f64::from(e.tool_calls)));
+                assert_eq!(g["episode_end"], e.end.as_str());
+            }
+        }
     }
 }

@@ -6,8 +6,9 @@
 //! turn (the first turn of a row's `G` episodes is one request of `n = G`,
 //! sharing its prefill), the environment answers every turn at once, and
 //! the next round goes on. Each next turn's prompt is the episode's whole
-//! token history, so an engine that still keeps the episode's slot
-//! continues it and computes only the new tokens.
+//! token history and goes to the fleet member that served the episode so
+//! far, so an engine that still keeps the episode's slot continues it and
+//! computes only the new tokens.
 //!
 //! Tokens are appended, never re-rendered: the model's turn is the ids it
 //! sampled, and an environment's answer is the text the chat template adds
@@ -34,7 +35,7 @@ use serde_json::{Map, Value};
 use crate::collect::{EncodedPrompt, PromptEncoder};
 use crate::data::Example;
 use crate::error::{Error, Result};
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, MemberId, Served};
 
 /// An episode's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +164,8 @@ struct Live<'a> {
     /// Whether the model's last turn ended with its end-of-turn token
     /// (else it was cut, and the answer first closes the turn).
     closed: bool,
+    /// The fleet member that served its last turn.
+    member: MemberId,
     episode: Episode,
     columns: &'a Map<String, Value>,
 }
@@ -201,6 +204,7 @@ pub fn run_episodes(
                 messages: messages.clone(),
                 rendered: rendered.clone(),
                 closed: false,
+                member: 0,
                 episode: Episode::default(),
                 columns: &row.columns,
             });
@@ -219,12 +223,12 @@ pub fn run_episodes(
     }
     let template_params = params(0);
     let mut finished: Vec<(usize, usize, Episode)> = Vec::with_capacity(live.len());
-    let mut turns: Vec<Completion> = fleet.generate(&requests)?.into_iter().flatten().collect();
+    let mut turns = served_turns(fleet.generate_preferring(&requests, &vec![None; requests.len()])?);
     while !live.is_empty() {
         let mut views = Vec::with_capacity(live.len());
-        for (episode, completion) in live.iter_mut().zip(turns) {
-            let parsed = take_turn(episode, completion, encoder)?;
-            views.push(parsed);
+        for (episode, (completion, member)) in live.iter_mut().zip(turns) {
+            episode.member = member;
+            views.push(take_turn(episode, completion, encoder)?);
         }
         let replies = runtime.block_on(async {
             let calls = live.iter().zip(&views).map(|(episode, turn)| {
@@ -239,6 +243,7 @@ pub fn run_episodes(
         });
         let mut still = Vec::with_capacity(live.len());
         let mut next = Vec::with_capacity(live.len());
+        let mut prefer = Vec::with_capacity(live.len());
         let mut ended = Vec::new();
         for (mut episode, reply) in live.into_iter().zip(replies) {
             let reply = reply?;
@@ -260,6 +265,7 @@ pub fn run_episodes(
                             ..template_params.clone()
                         },
                     });
+                    prefer.push(Some(episode.member));
                     still.push(episode);
                 }
             }
@@ -271,7 +277,7 @@ pub fn run_episodes(
         turns = if next.is_empty() {
             Vec::new()
         } else {
-            fleet.generate(&next)?.into_iter().flatten().collect()
+            served_turns(fleet.generate_preferring(&next, &prefer)?)
         };
     }
     // Episodes finish in any order; each row's keep their sample order.
@@ -281,6 +287,14 @@ pub fn run_episodes(
         groups[row].push(episode);
     }
     Ok(Episodes { prompts, groups })
+}
+
+/// Each sample of `served`, request after request, with the member that made it.
+fn served_turns(served: Vec<Served>) -> Vec<(Completion, MemberId)> {
+    served
+        .into_iter()
+        .flat_map(|s| s.completions.into_iter().map(move |c| (c, s.member)))
+        .collect()
 }
 
 impl Default for Episode {

@@ -3,8 +3,9 @@
 //! are kept as sampled and carry loss, each environment answer is exactly
 //! the template's text after the turn, the behaviour log-probs are the
 //! policy's over the whole episode, later turns continue their slots, the
-//! turn and token budgets end episodes, and environment faults end theirs as
-//! `on_error` says (each episode's end told once, under its own id).
+//! turn and token budgets end episodes, environment faults end theirs as
+//! `on_error` says (each episode's end told once, under its own id), and on a
+//! fleet of two engines every episode stays on the one that began it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use grpo_env::toolbox::Toolbox;
 use grpo_learner::collect::PromptEncoder;
 use grpo_learner::data::{ChatTurn, Example, Prompt};
 use grpo_learner::episode::{Budget, EpisodeEnd, Episodes, run_episodes};
-use grpo_learner::fleet::LocalFleet;
+use grpo_learner::fleet::{Fleet, FleetConfig, LocalFleet, WorkerFleet};
 use grpo_model::chat::ChatMessage;
 use grpo_model::config::Family;
 use grpo_model::decoder::Decoder;
@@ -111,6 +112,10 @@ impl Setup {
     }
 
     fn fleet_continuing(&self, continue_sequences: bool) -> LocalFleet {
+        LocalFleet::new(self.engine(continue_sequences))
+    }
+
+    fn engine(&self, continue_sequences: bool) -> Engine {
         let params = self
             .params
             .iter()
@@ -122,17 +127,17 @@ impl Setup {
             dtype: ElementType::F32,
             continue_sequences,
         };
-        LocalFleet::new(Engine::new(&self.client, self.decoder.clone(), params, config).unwrap())
+        Engine::new(&self.client, self.decoder.clone(), params, config).unwrap()
     }
 
-    fn run(&self, fleet: &mut LocalFleet, environment: impl Environment + 'static, budget: Budget) -> Episodes {
+    fn run(&self, fleet: &mut dyn Fleet, environment: impl Environment + 'static, budget: Budget) -> Episodes {
         let guarded = GuardedEnvironment::new(Box::new(environment), Duration::from_secs(30), OnError::Fail);
         self.run_guarded(fleet, &guarded, 0, budget)
     }
 
     fn run_guarded(
         &self,
-        fleet: &mut LocalFleet,
+        fleet: &mut dyn Fleet,
         environment: &GuardedEnvironment,
         first_id: u64,
         budget: Budget,
@@ -315,20 +320,56 @@ fn continuing_slots_prefills_only_what_each_turn_adds() {
     let episodes = runs[0].groups.iter().flatten().count() as u64;
     // Without continuation every turn prefills its whole history; with it,
     // a turn computes its answer's tokens and the turn's last token.
-    let prompts: u64 = runs[0].prompts.iter().map(|p| p.ids.len() as u64).sum();
-    let answers: u64 = runs[0]
-        .groups
-        .iter()
-        .flatten()
-        .map(|e| e.loss_mask.iter().filter(|m| !**m).count() as u64 + (e.turns as u64 - 1))
-        .sum();
-    assert_eq!(computed[0], prompts + answers, "with continuation");
+    assert_eq!(computed[0], computed_when_continued(&runs[0]), "with continuation");
     eprintln!(
         "prompt tokens computed per episode: {:.1} continuing, {:.1} prefilling whole",
         computed[0] as f64 / episodes as f64,
         computed[1] as f64 / episodes as f64
     );
     assert!(computed[1] > 2 * computed[0], "{computed:?}");
+}
+
+/// The tokens `episodes` computed as prompts when every later turn
+/// continued its slot: the prompts, each answer's tokens, and each later
+/// turn's last token.
+fn computed_when_continued(episodes: &Episodes) -> u64 {
+    let prompts: u64 = episodes.prompts.iter().map(|p| p.ids.len() as u64).sum();
+    let answers: u64 = episodes
+        .groups
+        .iter()
+        .flatten()
+        .map(|e| e.loss_mask.iter().filter(|m| !**m).count() as u64 + (e.turns as u64 - 1))
+        .sum();
+    prompts + answers
+}
+
+#[test]
+fn on_a_fleet_of_two_engines_each_episode_stays_where_it_began() {
+    let s = setup();
+    let mut fleet = WorkerFleet::new(FleetConfig::default(), s.decoder.config().vocab_size).unwrap();
+    let handles = [
+        fleet.add_engine("first".into(), s.engine(true)),
+        fleet.add_engine("second".into(), s.engine(true)),
+    ];
+    fleet.start_at(0, &[]).unwrap();
+    let budget = Budget {
+        max_turns: 4,
+        max_turn_tokens: 8,
+        max_episode_tokens: 300,
+    };
+    let episodes = s.run(&mut fleet, GoOn { turns: 4 }, budget);
+    let stats: Vec<_> = handles
+        .iter()
+        .map(|h| s.runtime.block_on(h.stats()).unwrap().engine)
+        .collect();
+    // Both engines took a row's episodes, and every later turn continued
+    // its slot on the engine that served the turn before.
+    assert!(stats.iter().all(|e| e.prompt_tokens > 0), "{stats:?}");
+    let computed: u64 = stats
+        .iter()
+        .map(|e| e.prompt_tokens - e.shared_prompt_tokens - e.kept_prompt_tokens)
+        .sum();
+    assert_eq!(computed, computed_when_continued(&episodes), "{stats:?}");
 }
 
 /// Fails every turn of odd-numbered episodes at their second turn (else

@@ -12,6 +12,12 @@
 //!   are taken from exactly one attempt), and a worker that comes back gets
 //!   the current weights before it gets work (see [`pool`]).
 //!
+//! A request may name the member it prefers ([`Fleet::generate_preferring`]):
+//! a multi-turn episode's later turns go where its earlier ones ran, whose
+//! engine still keeps their tokens and computes only the new ones. A
+//! preferred member that is not ready is passed over for the usual choice
+//! (that turn is then prefilled whole there).
+//!
 //! Both report the bytes moved, so the loop logs the weight-sync rate.
 
 mod member;
@@ -93,12 +99,32 @@ pub struct FleetHealth {
     pub requeued_groups: u64,
 }
 
+/// A member of a fleet: its index, stable for the fleet's life.
+pub type MemberId = usize;
+
+/// A request's completions and the member that made them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    /// The request's samples by index.
+    pub completions: Vec<Completion>,
+    /// The member that served it.
+    pub member: MemberId,
+}
+
 /// A set of rollout engines the loop generates with (movable to the
 /// rollout thread of [`crate::rollouts`]).
 pub trait Fleet: Send {
     /// The completions of every request, in request order (each request's
     /// samples by index).
-    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>>;
+    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>> {
+        let served = self.generate_preferring(requests, &vec![None; requests.len()])?;
+        Ok(served.into_iter().map(|s| s.completions).collect())
+    }
+
+    /// As [`Fleet::generate`], request `i` going to member `prefer[i]` when
+    /// that member is ready; each request's completions with the member
+    /// that served them.
+    fn generate_preferring(&mut self, requests: &[Request], prefer: &[Option<MemberId>]) -> Result<Vec<Served>>;
 
     /// Installs `weights` as policy `version` everywhere.
     fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport>;
@@ -141,8 +167,12 @@ impl LocalFleet {
 }
 
 impl Fleet for LocalFleet {
-    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>> {
-        Ok(self.engine.generate(requests)?)
+    fn generate_preferring(&mut self, requests: &[Request], _prefer: &[Option<MemberId>]) -> Result<Vec<Served>> {
+        let groups = self.engine.generate(requests)?;
+        Ok(groups
+            .into_iter()
+            .map(|completions| Served { completions, member: 0 })
+            .collect())
     }
 
     fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {

@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::member::{self, Connection, Failure, Member, Payload, State};
-use super::{Fleet, FleetHealth, HostWeights, PolicyWeights, SyncReport, f32_bytes};
+use super::{Fleet, FleetHealth, HostWeights, MemberId, PolicyWeights, Served, SyncReport, f32_bytes};
 use crate::error::{Error, Result};
 use crate::learner::host_tensors;
 
@@ -116,16 +116,19 @@ struct Work {
     /// A weight sync: done once no member is unheard of or behind.
     sync: bool,
     requests: Vec<Request>,
+    /// The member each request prefers, if any.
+    prefer: Vec<Option<MemberId>>,
     queue: VecDeque<usize>,
-    results: Vec<Option<Vec<Completion>>>,
+    results: Vec<Option<Served>>,
     calls: HashMap<u64, Call>,
     pushed_bytes: u64,
 }
 
 impl Work {
-    fn generate(requests: &[Request]) -> Work {
+    fn generate(requests: &[Request], prefer: &[Option<MemberId>]) -> Work {
         Work {
             requests: requests.to_vec(),
+            prefer: prefer.to_vec(),
             queue: (0..requests.len()).collect(),
             results: vec![None; requests.len()],
             ..Work::default()
@@ -242,10 +245,12 @@ impl WorkerFleet {
         Ok(bound)
     }
 
-    /// Adds an in-process engine, called `name` in logs (moved onto its own thread).
-    pub fn add_engine(&mut self, name: String, engine: Engine) {
+    /// Adds an in-process engine, called `name` in logs (moved onto its
+    /// own thread); returns a handle on it (for its stats).
+    pub fn add_engine(&mut self, name: String, engine: Engine) -> EngineHandle {
         let handle = EngineHandle::spawn(engine);
-        self.members.push(Member::new(name, Connection::Local(handle)));
+        self.members.push(Member::new(name, Connection::Local(handle.clone())));
+        handle
     }
 
     fn ticket(&mut self) -> u64 {
@@ -354,13 +359,15 @@ impl WorkerFleet {
     fn dispatch(&mut self, work: &mut Work) {
         while let Some(&group) = work.queue.front() {
             let samples = work.requests[group].params.n;
-            let Some(index) = (0..self.members.len())
-                .filter(|&i| self.members[i].ready())
-                .min_by(|&a, &b| {
-                    let (a, b) = (&self.members[a], &self.members[b]);
-                    a.load_with(samples).total_cmp(&b.load_with(samples))
-                })
-            else {
+            let preferred = work.prefer[group].filter(|&i| self.members.get(i).is_some_and(Member::ready));
+            let Some(index) = preferred.or_else(|| {
+                (0..self.members.len())
+                    .filter(|&i| self.members[i].ready())
+                    .min_by(|&a, &b| {
+                        let (a, b) = (&self.members[a], &self.members[b]);
+                        a.load_with(samples).total_cmp(&b.load_with(samples))
+                    })
+            }) else {
                 return;
             };
             work.queue.pop_front();
@@ -462,7 +469,12 @@ impl WorkerFleet {
                         .flat_map(|c| &c.versions)
                         .find(|&&v| Some(v) != self.version)
                     {
-                        None => work.results[call.group] = Some(group),
+                        None => {
+                            work.results[call.group] = Some(Served {
+                                completions: group,
+                                member: index,
+                            })
+                        }
                         Some(served) => {
                             self.requeue(work, call.group);
                             let requeued = 1 + self.requeue_calls(work, index);
@@ -656,8 +668,8 @@ impl WorkerFleet {
 }
 
 impl Fleet for WorkerFleet {
-    fn generate(&mut self, requests: &[Request]) -> Result<Vec<Vec<Completion>>> {
-        let work = self.drive(Work::generate(requests))?;
+    fn generate_preferring(&mut self, requests: &[Request], prefer: &[Option<MemberId>]) -> Result<Vec<Served>> {
+        let work = self.drive(Work::generate(requests, prefer))?;
         Ok(work.results.into_iter().map(|r| r.expect("a finished work")).collect())
     }
 

@@ -59,3 +59,38 @@ fn the_sft_example_runs_one_step() {
     let stderr = smoke("sft", "sft/config.toml", &["trainer.eval_every=0"]);
     assert!(stderr.contains("warm-up steps are more than the run's 1"), "{stderr}");
 }
+
+#[test]
+fn the_calculator_examples_run_one_step_each() {
+    // Small batches: a step of the examples' own holds 16 sequences of
+    // about 300 tokens.
+    let small_sft = ["trainer.eval_every=0", "trainer.batch_size=2", "trainer.micro_batch_size=2"];
+    smoke("sft", "calculator/sft_tool.toml", &small_sft);
+    smoke("sft", "calculator/sft_plain.toml", &small_sft);
+    // From the bundled model (the SFT warm starts are not made here).
+    let small = [
+        "model.name=\"smollm2-135m-instruct\"",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=2",
+        "trainer.micro_batch_size=4",
+        "trainer.eval_every=0",
+        "checkpoint.every=0",
+    ];
+    smoke("run", "calculator/config.toml", &small);
+    smoke("run", "calculator/config_plain.toml", &small);
+}
+
+/// The tool the calculator's SFT transcripts offer is the built-in
+/// `calculate` exactly as `grpo run` offers it, so the SFT prompts are the
+/// GRPO prompts.
+#[test]
+fn the_calculator_transcripts_offer_the_built_in_tool() {
+    use grpo_env::toolbox::ToolFunction;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/calculator/sft_tool.jsonl");
+    let text = std::fs::read_to_string(path).unwrap();
+    let built_in = grpo_env::calculate::Calculate::new().spec().to_json();
+    for line in text.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["tools"], serde_json::json!([built_in]));
+    }
+}

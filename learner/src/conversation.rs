@@ -7,6 +7,7 @@
 //! turn, instead of silently training on other ids.
 
 use grpo_model::chat::ChatMessage;
+use grpo_model::tools::Tool;
 
 use crate::collect::PromptEncoder;
 use crate::error::{Error, Result};
@@ -14,6 +15,8 @@ use crate::error::{Error, Result};
 /// A conversation being rendered turn by turn.
 pub struct Conversation<'a> {
     encoder: &'a PromptEncoder,
+    /// The tools on offer, rendered by the template's `tools`.
+    tools: &'a [Tool],
     messages: Vec<ChatMessage>,
     /// The template's text of `messages` (and the generation prompt, if asked).
     rendered: String,
@@ -22,13 +25,20 @@ pub struct Conversation<'a> {
 }
 
 impl<'a> Conversation<'a> {
-    /// `messages` rendered and tokenized as a prompt (special tokens such
-    /// as BOS added), the assistant's turn opened when `generation_prompt`.
-    pub fn start(encoder: &'a PromptEncoder, messages: Vec<ChatMessage>, generation_prompt: bool) -> Result<Self> {
-        let rendered = encoder.render(&messages, generation_prompt)?;
+    /// `messages` rendered with `tools` on offer and tokenized as a prompt
+    /// (special tokens such as BOS added), the assistant's turn opened when
+    /// `generation_prompt`.
+    pub fn start(
+        encoder: &'a PromptEncoder,
+        tools: &'a [Tool],
+        messages: Vec<ChatMessage>,
+        generation_prompt: bool,
+    ) -> Result<Self> {
+        let rendered = encoder.render_tools(&messages, generation_prompt, tools)?;
         let ids = encoder.tokenizer().encode(&rendered, true)?;
         Ok(Conversation {
             encoder,
+            tools,
             messages,
             rendered,
             ids,
@@ -39,7 +49,9 @@ impl<'a> Conversation<'a> {
     /// turn when `generation_prompt`); returns the ids it added.
     pub fn append(&mut self, message: ChatMessage, generation_prompt: bool) -> Result<Vec<u32>> {
         self.messages.push(message);
-        let rendered = self.encoder.render(&self.messages, generation_prompt)?;
+        let rendered = self
+            .encoder
+            .render_tools(&self.messages, generation_prompt, self.tools)?;
         let Some(added) = rendered.strip_prefix(self.rendered.as_str()) else {
             return Err(Error::Config {
                 field: "model.chat_template",

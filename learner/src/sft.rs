@@ -5,6 +5,7 @@
 
 use grpo_model::logprobs::LogprobsRunner;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::tools::Tool;
 use grpo_xla::trace::{AdamW, Mesh};
 use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
@@ -101,6 +102,21 @@ fn read_completion(row: &Example, column: &str) -> Result<CompletionColumn> {
     }
 }
 
+/// The tools of `row`'s `tools` column (TRL's: OpenAI's tool objects),
+/// none without one.
+fn read_tools(row: &Example) -> Result<Vec<Tool>> {
+    match row.columns.get(TOOLS_COLUMN) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(tools) => Tool::list_from_json(tools).map_err(|e| Error::Config {
+            field: "data.completion_column",
+            message: format!("row {}: column `{TOOLS_COLUMN}`: {e}", row.index + 1),
+        }),
+    }
+}
+
+/// The column of a chat row holding the tools its conversation offers (TRL's name).
+pub const TOOLS_COLUMN: &str = "tools";
+
 /// Tokenizes `rows`: the prompt as `grpo run` renders it ([`PromptEncoder`]),
 /// then the completion. A text completion (or chat turns after a text
 /// prompt: their contents joined) is tokenized without special tokens,
@@ -108,7 +124,9 @@ fn read_completion(row: &Example, column: &str) -> Result<CompletionColumn> {
 /// rendered turn by turn ([`Conversation`]): the first must be the
 /// assistant's; only the assistant's turns are trained on, each up to and
 /// including its EOS (TRL's `assistant_only_loss`); the other turns and the
-/// template's turn headers are context. Pairs longer than `max_length`
+/// template's turn headers are context. A chat row's `tools` column (TRL's:
+/// a list of OpenAI tool objects) is rendered by the template's `tools`, as
+/// `grpo run` renders an environment's tools. Pairs longer than `max_length`
 /// lose the end of their completion (a prompt must leave room for one
 /// trained token).
 pub fn encode_examples(
@@ -122,7 +140,8 @@ pub fn encode_examples(
         .map(|row| {
             let (prompt, mut completion, mut loss_mask) = match (&row.prompt, read_completion(row, completion_column)?) {
                 (Prompt::Chat(prompt), CompletionColumn::Turns(turns)) => {
-                    encode_turns(&encoder, prompt, &turns).map_err(|e| match e {
+                    let tools = read_tools(row)?;
+                    encode_turns(&encoder, &tools, prompt, &turns).map_err(|e| match e {
                         // The row, for a turn it refuses (the field stays the one to fix).
                         Error::Config { field, message } => Error::Config {
                             field,
@@ -169,6 +188,7 @@ pub fn encode_examples(
 /// prompt's ids, the completion's, and which of those are trained on.
 fn encode_turns(
     encoder: &PromptEncoder,
+    tools: &[Tool],
     prompt: &[ChatTurn],
     turns: &[ChatTurn],
 ) -> Result<(Vec<u32>, Vec<u32>, Vec<bool>)> {
@@ -178,7 +198,7 @@ fn encode_turns(
             message: "chat completions must start with an assistant turn".to_string(),
         });
     }
-    let mut conversation = Conversation::start(encoder, prompt.iter().map(ChatTurn::message).collect(), true)?;
+    let mut conversation = Conversation::start(encoder, tools, prompt.iter().map(ChatTurn::message).collect(), true)?;
     let prompt = conversation.ids().to_vec();
     let eos = encoder.tokenizer().eos_id();
     let (mut completion, mut mask) = (Vec::new(), Vec::new());

@@ -12,6 +12,8 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
+use grpo_env::toolbox::ToolFunction;
+use grpo_learner::collect::PromptEncoder;
 use grpo_learner::config::sft::SftRunConfig;
 use grpo_learner::config::{ConfigFile, with_overrides};
 use grpo_learner::data::{Example, Prompt};
@@ -433,6 +435,40 @@ fn tool_calls_in_completions_render_through_the_template() {
     )];
     let error = encode_examples(&tokenizer, &rows, "completion", 256).unwrap_err();
     assert!(error.to_string().contains("must be a JSON object"), "{error}");
+}
+
+/// A row's `tools` column (TRL's) is rendered as `grpo run` renders an
+/// environment's tools: the SFT prompt is the episode's prompt, id for id;
+/// a bad list is refused naming the row and the column.
+#[test]
+fn a_tools_column_renders_the_prompt_an_episode_starts_from() {
+    let template = std::fs::read_to_string(fixtures().join("../../templates/chatml_tools.jinja")).unwrap();
+    let tokenizer = Tokenizer::from_file(fixtures().join("tokenizer/tiny/tokenizer.json")).unwrap();
+    let tokenizer = Arc::new(tokenizer.with_chat_template(template));
+    let calculate = grpo_env::calculate::Calculate::new();
+    let tool = calculate.spec().clone();
+    let prompt = serde_json::json!([{"role": "user", "content": "12*34?"}]);
+    let completion = serde_json::json!([{"role": "assistant", "content": "408"}]);
+    let mut row = chat_row(prompt.clone(), completion);
+    row.columns.insert("tools".into(), serde_json::json!([tool.to_json()]));
+    let [example] = encode_examples(&tokenizer, std::slice::from_ref(&row), "completion", 512)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let encoder = PromptEncoder::new(tokenizer.clone()).unwrap();
+    let episode = encoder.encode_episode(&row.prompt, &[tool]).unwrap();
+    assert_eq!(example.prompt, episode.ids);
+    assert!(episode.text.contains("\"name\": \"calculate\""), "{}", episode.text);
+
+    row.columns
+        .insert("tools".into(), serde_json::json!([{"type": "function"}]));
+    let error = encode_examples(&tokenizer, &[row], "completion", 512).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("row 1: column `tools`: tools[0] has no `function` object"),
+        "{error}"
+    );
 }
 
 #[test]

@@ -36,6 +36,66 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// A tool in OpenAI's shape, `{"type": "function", "function": {"name",
+    /// "description", "parameters"}}` (`type` may be left out, `description`
+    /// defaults to "" and `parameters` to an empty object schema); the error
+    /// says what is wrong with it.
+    pub fn from_json(item: &Value) -> Result<Tool, String> {
+        let short = |value: &Value| value.to_string().chars().take(100).collect::<String>();
+        let Value::Object(item) = item else {
+            return Err(format!("is {}, not an object", short(item)));
+        };
+        match item.get("type") {
+            None => {}
+            Some(Value::String(kind)) if kind == "function" => {}
+            Some(other) => return Err(format!("has type {}, not \"function\"", short(other))),
+        }
+        let Some(Value::Object(function)) = item.get("function") else {
+            return Err("has no `function` object".into());
+        };
+        let name = match function.get("name") {
+            Some(Value::String(name)) if !name.is_empty() => name.clone(),
+            _ => return Err("has no `function.name` (a non-empty string)".into()),
+        };
+        let description = match function.get("description") {
+            None => String::new(),
+            Some(Value::String(text)) => text.clone(),
+            Some(other) => return Err(format!("`{name}` has description {}, not a string", short(other))),
+        };
+        let parameters = match function.get("parameters") {
+            None => json!({"type": "object", "properties": {}}),
+            Some(Value::Object(schema)) => Value::Object(schema.clone()),
+            Some(other) => {
+                return Err(format!(
+                    "`{name}` has parameters {}, not a JSON schema object",
+                    short(other)
+                ));
+            }
+        };
+        Ok(Tool {
+            name,
+            description,
+            parameters,
+        })
+    }
+
+    /// A list of tools in OpenAI's shape ([`Tool::from_json`]), their
+    /// names distinct; the error names the item.
+    pub fn list_from_json(list: &Value) -> Result<Vec<Tool>, String> {
+        let Value::Array(items) = list else {
+            return Err("`tools` must be a list of tools (`[]` for none)".into());
+        };
+        let mut tools: Vec<Tool> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let tool = Tool::from_json(item).map_err(|what| format!("tools[{i}] {what}"))?;
+            if tools.iter().any(|t| t.name == tool.name) {
+                return Err(format!("two tools are named `{}`", tool.name));
+            }
+            tools.push(tool);
+        }
+        Ok(tools)
+    }
+
     /// The tool as chat templates see it:
     /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
     pub fn to_json(&self) -> Value {

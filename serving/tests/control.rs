@@ -104,14 +104,36 @@ async fn weights_from_disk_swap_in_and_bad_checkpoints_are_refused() {
             .await;
         common::assert_error(status, 400, &answer);
         let (_, still) = server.post("/v1/completions", &greedy()).await;
-        assert_eq!(ids(&still), ids(&after), "a refused update keeps the old weights");
+        // Within round-off: the engine keeps the earlier answers' slots, so
+        // this one decodes in another row of a batch of another size.
+        assert!(
+            close(&ids(&still), &ids(&after)),
+            "a refused update keeps the old weights: {} vs {}",
+            ids(&still),
+            ids(&after)
+        );
     }
 
     let back = json!({"model_path": model_dir(), "version": 3});
     assert_eq!(server.post("/update_weights_from_disk", &back).await.0, 200);
     let (_, restored) = server.post("/v1/completions", &greedy()).await;
-    assert_eq!(ids(&restored), ids(&before));
+    assert!(
+        close(&ids(&restored), &ids(&before)),
+        "{} vs {}",
+        ids(&restored),
+        ids(&before)
+    );
     server.shutdown().await;
+}
+
+/// Whether two lists of log-probs agree within 1e-5 (a different model's
+/// differ by far more).
+fn close(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-5)
 }
 
 #[tokio::test(flavor = "multi_thread")]

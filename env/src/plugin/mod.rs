@@ -117,57 +117,7 @@ fn parse_tools(answer: &Map<String, Value>) -> Result<Vec<Tool>, EnvironmentErro
     if let Some(fault) = reported(answer) {
         return Err(EnvironmentError(fault));
     }
-    let Some(Value::Array(items)) = answer.get("tools") else {
-        return Err(bad("`tools` must be a list of tools (`[]` for none)".into()));
-    };
-    let mut tools: Vec<Tool> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let tool = parse_tool(item).map_err(|what| bad(format!("tools[{i}] {what}")))?;
-        if tools.iter().any(|t| t.name == tool.name) {
-            return Err(bad(format!("two tools are named `{}`", tool.name)));
-        }
-        tools.push(tool);
-    }
-    Ok(tools)
-}
-
-/// One tool in OpenAI's shape; the error says what is wrong with it.
-fn parse_tool(item: &Value) -> Result<Tool, String> {
-    let Value::Object(item) = item else {
-        return Err(format!("is {}, not an object", short(item)));
-    };
-    match item.get("type") {
-        None => {}
-        Some(Value::String(kind)) if kind == "function" => {}
-        Some(other) => return Err(format!("has type {}, not \"function\"", short(other))),
-    }
-    let Some(Value::Object(function)) = item.get("function") else {
-        return Err("has no `function` object".into());
-    };
-    let name = match function.get("name") {
-        Some(Value::String(name)) if !name.is_empty() => name.clone(),
-        _ => return Err("has no `function.name` (a non-empty string)".into()),
-    };
-    let description = match function.get("description") {
-        None => String::new(),
-        Some(Value::String(text)) => text.clone(),
-        Some(other) => return Err(format!("`{name}` has description {}, not a string", short(other))),
-    };
-    let parameters = match function.get("parameters") {
-        None => json!({"type": "object", "properties": {}}),
-        Some(Value::Object(schema)) => Value::Object(schema.clone()),
-        Some(other) => {
-            return Err(format!(
-                "`{name}` has parameters {}, not a JSON schema object",
-                short(other)
-            ));
-        }
-    };
-    Ok(Tool {
-        name,
-        description,
-        parameters,
-    })
+    Tool::list_from_json(answer.get("tools").unwrap_or(&Value::Null)).map_err(bad)
 }
 
 /// The reply of an answer to `step`.

@@ -64,7 +64,11 @@ fn the_sft_example_runs_one_step() {
 fn the_calculator_examples_run_one_step_each() {
     // Small batches: a step of the examples' own holds 16 sequences of
     // about 300 tokens.
-    let small_sft = ["trainer.eval_every=0", "trainer.batch_size=2", "trainer.micro_batch_size=2"];
+    let small_sft = [
+        "trainer.eval_every=0",
+        "trainer.batch_size=2",
+        "trainer.micro_batch_size=2",
+    ];
     smoke("sft", "calculator/sft_tool.toml", &small_sft);
     smoke("sft", "calculator/sft_plain.toml", &small_sft);
     // From the bundled model (the SFT warm starts are not made here).

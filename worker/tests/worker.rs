@@ -343,10 +343,17 @@ async fn refused_updates_leave_the_old_weights_serving() {
     let error = worker.finish_weight_update(1).await.unwrap_err();
     refusal(error, Code::FailedPrecondition, "was rejected");
     assert_eq!(worker.health().await.unwrap().version, 0);
-    assert_eq!(
-        generate(&mut worker, &probe).await,
-        before,
-        "the old weights still serve"
+    // The same tokens, log-probs within round-off: the worker's engine keeps
+    // the first answer's slot, so this one decodes in another row.
+    let still = generate(&mut worker, &probe).await;
+    assert_eq!(still[0].tokens, before[0].tokens, "the old weights still serve");
+    assert!(
+        still[0]
+            .logprobs
+            .iter()
+            .zip(&before[0].logprobs)
+            .all(|(a, b)| (a - b).abs() < 1e-5),
+        "the old weights still serve: {still:?} vs {before:?}"
     );
 
     // A good update after the refused ones installs.

@@ -4,7 +4,7 @@
 //! [`crate::plugin`]); the answer is a list of scores or `{"scores": […]}`.
 //! Connection errors, attempt timeouts and 5xx answers are retried up to
 //! `retries` times, waiting `backoff_s`, doubling; 4xx answers and
-//! malformed bodies, or bodies over [`MAX_ANSWER_BYTES`], fail at once. At
+//! malformed bodies, or bodies over [`MAX_ANSWER_BYTES`](super::MAX_ANSWER_BYTES), fail at once. At
 //! most `max_concurrency` requests are in flight; the entry's `timeout_s`
 //! bounds the whole call from the moment a request may go out.
 
@@ -13,7 +13,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
-use super::MAX_ANSWER_BYTES;
 use crate::config::{MAX_SECONDS, duration};
 use crate::sample::within;
 use crate::{BoxFuture, Error, Result, Reward, Sample, Score};
@@ -127,20 +126,11 @@ impl HttpReward {
         if !status.is_success() {
             return Err(Attempt::Fatal(Error::Http(format!("{} answered {status}", self.url))));
         }
-        let mut response = response;
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| Attempt::Retry(Error::Http(e.to_string())))?
-        {
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(Attempt::Fatal(Error::BadOutput(format!(
-                    "an answer over {MAX_ANSWER_BYTES} bytes"
-                ))));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        // A transfer that breaks off is retried; an oversized answer is not.
+        let body = super::read_body(response).await.map_err(|e| match e {
+            Error::Http(_) => Attempt::Retry(e),
+            other => Attempt::Fatal(other),
+        })?;
         let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
             Attempt::Fatal(Error::BadOutput(format!(
                 "body is not JSON ({e}): {}",

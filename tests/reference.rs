@@ -8,9 +8,13 @@
 //!
 //! XLA's CPU code differs between processors (vector widths, bf16 units),
 //! so a fixture holds one recording per processor (`machine`, from
-//! `/proc/cpuinfo`). On a recorded processor the comparison is exact; on
-//! another the metrics are compared to a recording within 1 % and the
-//! checksums are skipped (the test prints which). `GRPO_RECORD_FIXTURES=1
+//! `/proc/cpuinfo`). On a recorded processor the comparison is exact. On
+//! another, the f32 tiny runs' metrics are compared to a recording within
+//! a relative 1e-4 (seen across three processors: under 2e-6) and the
+//! checksums are skipped; the arithmetic run is not compared at all: its
+//! bf16 products round differently on processors with and without bf16
+//! units, which changes what is sampled (seen: its losses 57 % apart). The
+//! test prints which comparison it made. `GRPO_RECORD_FIXTURES=1
 //! cargo test --test reference` adds this processor's recording (do it
 //! only with code whose results are known good).
 
@@ -105,17 +109,26 @@ fn recorded(out: &Path, keys: &[&str], steps: u64) -> Value {
     Value::Array(steps)
 }
 
-/// `a` and `b` within a relative 1 % (numbers), or equal.
-fn close(a: &Value, b: &Value) -> bool {
+/// `a` and `b` within a relative `tolerance` (numbers), or equal.
+fn close(a: &Value, b: &Value, tolerance: f64) -> bool {
     match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => (x - y).abs() <= 1e-2 * x.abs().max(y.abs()).max(1e-6),
+        (Some(x), Some(y)) => (x - y).abs() <= tolerance * x.abs().max(y.abs()).max(1e-6),
         _ => a == b,
     }
 }
 
+/// How a run compares with another processor's recording.
+#[derive(Clone, Copy)]
+enum Across {
+    /// Its metrics within this relative tolerance.
+    Within(f64),
+    /// Not at all (what it samples depends on the processor).
+    Incomparable,
+}
+
 /// Compares `run` with fixture `name` (see the module's doc), or adds
 /// this machine's recording under `GRPO_RECORD_FIXTURES=1`.
-fn check(name: &str, run: Value) {
+fn check(name: &str, run: Value, across: Across) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/reference/{name}.json"));
     let mut fixture: BTreeMap<String, Value> = std::fs::read_to_string(&path)
         .map(|text| serde_json::from_str(&text).unwrap())
@@ -138,7 +151,11 @@ fn check(name: &str, run: Value) {
         .iter()
         .next()
         .unwrap_or_else(|| panic!("{}: no recording; see tests/reference.rs", path.display()));
-    println!("{name}: no recording on {machine}; metrics compared within 1 % to {other}'s, checksums skipped");
+    let Across::Within(tolerance) = across else {
+        println!("{name}: no recording on {machine}, and other processors' are not comparable; not compared");
+        return;
+    };
+    println!("{name}: no recording on {machine}; metrics compared within {tolerance} to {other}'s, checksums skipped");
     let (run, expected) = (run.as_array().unwrap(), expected.as_array().unwrap());
     assert_eq!(run.len(), expected.len(), "{name}: steps");
     for (got, want) in run.iter().zip(expected) {
@@ -148,7 +165,7 @@ fn check(name: &str, run: Value) {
         );
         for (key, value) in want {
             assert!(
-                got.get(key).is_some_and(|g| close(g, value)),
+                got.get(key).is_some_and(|g| close(g, value, tolerance)),
                 "{name}: {key} is {:?}, recorded {value} on {other}",
                 got.get(key)
             );
@@ -164,7 +181,11 @@ const TINY_GRPO: &str = "max_steps = 3\neval_every = 0\n\n[checkpoint]\nevery = 
 fn a_tiny_grpo_run_reproduces_its_recording() {
     let dir = tempfile::tempdir().unwrap();
     run_ok(&["run", tiny_run(dir.path(), TINY_GRPO).to_str().unwrap()]);
-    check("grpo_tiny", recorded(&dir.path().join("out"), GRPO_METRICS, 3));
+    check(
+        "grpo_tiny",
+        recorded(&dir.path().join("out"), GRPO_METRICS, 3),
+        Across::Within(1e-4),
+    );
 }
 
 #[test]
@@ -181,7 +202,11 @@ fn a_tiny_fsdp_grpo_run_with_accumulation_reproduces_its_recording() {
         "--set",
         "trainer.micro_batch_size=2",
     ]);
-    check("grpo_tiny_fsdp", recorded(&dir.path().join("out"), GRPO_METRICS, 3));
+    check(
+        "grpo_tiny_fsdp",
+        recorded(&dir.path().join("out"), GRPO_METRICS, 3),
+        Across::Within(1e-4),
+    );
 }
 
 #[test]
@@ -198,7 +223,11 @@ fn a_tiny_sft_run_reproduces_its_recording() {
     );
     std::fs::write(&config, text).unwrap();
     run_ok(&["sft", config.to_str().unwrap()]);
-    check("sft_tiny", recorded(&dir.path().join("out"), SFT_METRICS, 3));
+    check(
+        "sft_tiny",
+        recorded(&dir.path().join("out"), SFT_METRICS, 3),
+        Across::Within(1e-4),
+    );
 }
 
 #[test]
@@ -236,5 +265,9 @@ fn the_arithmetic_examples_first_two_steps_reproduce_their_recording() {
         ],
         || out.join("checkpoint-2").is_dir() && logged(2),
     );
-    check("arithmetic_2_steps", recorded(&out, GRPO_METRICS, 2));
+    check(
+        "arithmetic_2_steps",
+        recorded(&out, GRPO_METRICS, 2),
+        Across::Incomparable,
+    );
 }

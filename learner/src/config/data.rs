@@ -11,7 +11,8 @@ use crate::error::Result;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    /// A model folder, a .gguf file, or `smollm2-135m-instruct`. Required.
+    /// A model folder or a .gguf file (relative to the working directory,
+    /// not to the config file), or `smollm2-135m-instruct`. Required.
     pub name: String,
     /// A Jinja chat template file used instead of the model's own (for
     /// instance one that renders `tools`), relative to the config file; it

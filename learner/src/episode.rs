@@ -405,21 +405,24 @@ fn answer_text(
     let mut all = episode.messages.clone();
     all.extend(messages.iter().cloned());
     let with_answer = encoder.render_tools(&all, true, tools)?;
-    let rewritten = || Error::Config {
+    let rewritten = |before: &str, after: &str| Error::Config {
         field: "model.chat_template",
         message: format!(
-            "the chat template renders the turns before turn {} differently once an answer follows; \
+            "the chat template renders the turns before turn {} differently once an answer follows ({}); \
              grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
-            episode.messages.len()
+            episode.messages.len(),
+            divergence(before, after)
         ),
     };
-    let added = with_answer.strip_prefix(with_turn.as_str()).ok_or_else(rewritten)?;
+    let added = with_answer
+        .strip_prefix(with_turn.as_str())
+        .ok_or_else(|| rewritten(&with_turn, &with_answer))?;
     // What the template writes to close the turn: after its end-of-turn
     // token when the sampled ids end with it, from that token on when the
     // turn was cut.
     let turn_text = with_turn
         .strip_prefix(episode.rendered.as_str())
-        .ok_or_else(rewritten)?;
+        .ok_or_else(|| rewritten(&episode.rendered, &with_turn))?;
     let closing = encoder
         .eos_text()
         .and_then(|eos| {
@@ -432,4 +435,16 @@ fn answer_text(
         })
         .unwrap_or("");
     Ok(format!("{closing}{added}"))
+}
+
+/// Where `after` stops extending `before`: the text of each from the first
+/// character that differs (a few dozen characters, escaped).
+fn divergence(before: &str, after: &str) -> String {
+    let at = before
+        .char_indices()
+        .zip(after.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(before.len().min(after.len()), |((i, _), _)| i);
+    let shown = |text: &str| format!("{:?}", text[at..].chars().take(40).collect::<String>());
+    format!("was {} from character {at}, became {}", shown(before), shown(after))
 }

@@ -467,3 +467,39 @@ fn faults_end_episodes_as_on_error_says_and_every_end_is_told_once() {
         "{error}"
     );
 }
+
+/// A turn whose only call is malformed keeps the call's text as the
+/// assistant message's content, so the template renders the turn as an
+/// extension of the prompt it was sampled after (an empty assistant
+/// message renders `<|im_start|>assistant<|im_end|>`, which is not, and
+/// stopped a run when the model first wrote such a turn).
+#[test]
+fn a_turn_of_only_a_malformed_call_renders_after_its_prompt() {
+    let encoder = setup().encoder;
+    let tools = [Tool::from_json(&serde_json::json!({"type": "function", "function": {
+        "name": "calculate", "description": "d", "parameters": {"type": "object"}
+    }}))
+    .unwrap()];
+    let prompt = vec![
+        ChatMessage::new("system", "Solve it.".to_string()),
+        ChatMessage::new("user", "What is 12*34?".to_string()),
+    ];
+    let sampled_after = encoder.render_tools(&prompt, true, &tools).unwrap();
+    for text in [
+        "<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": 12*34}}</tool_call>",
+        "<tool_call>{\"name\": \"calculate\"",
+        "Let me see. <tool_call>[1]</tool_call>",
+    ] {
+        let turn = grpo_model::tools::parse_tool_calls(text, encoder.tool_format());
+        assert_eq!(turn.malformed().len(), 1, "{text}");
+        let message = ChatMessage::new("assistant", turn.content.clone())
+            .with_tool_calls(turn.well_formed().into_iter().cloned().collect());
+        let mut messages = prompt.clone();
+        messages.push(message);
+        let with_turn = encoder.render_tools(&messages, false, &tools).unwrap();
+        let added = with_turn
+            .strip_prefix(sampled_after.as_str())
+            .unwrap_or_else(|| panic!("{text}: the turn renders as {with_turn:?}, not after {sampled_after:?}"));
+        assert!(added.contains(text), "{text}: the turn's text is kept: {added:?}");
+    }
+}

@@ -174,7 +174,10 @@ pub enum ToolCallEvent {
 /// A whole turn, parsed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ParsedTurn {
-    /// The text outside the calls, trimmed of surrounding whitespace.
+    /// The text outside the well-formed calls, trimmed of surrounding
+    /// whitespace: a malformed call's text stays in it as the model wrote it
+    /// (as vLLM's parsers leave text they cannot parse as content), so a
+    /// transcript shows every word of the turn.
     pub content: String,
     /// Every call in order, well-formed or not.
     pub calls: Vec<Result<ToolCall, MalformedCall>>,
@@ -196,7 +199,10 @@ impl ParsedTurn {
             match event {
                 ToolCallEvent::Content(text) => turn.content.push_str(&text),
                 ToolCallEvent::Call(call) => turn.calls.push(Ok(call)),
-                ToolCallEvent::Malformed(call) => turn.calls.push(Err(call)),
+                ToolCallEvent::Malformed(call) => {
+                    turn.content.push_str(&call.text);
+                    turn.calls.push(Err(call));
+                }
             }
         }
         turn.content = turn.content.trim().to_string();
@@ -478,6 +484,10 @@ mod tests {
             assert!(
                 bad.text.starts_with(OPEN) && text.starts_with(&bad.text[..20]),
                 "{bad:?}"
+            );
+            assert!(
+                turn.content.starts_with("ok ") && turn.content.contains(&bad.text),
+                "the bad call's text stays in the content: {turn:?}"
             );
             same_when_streamed(text, ToolCallFormat::Hermes);
         }

@@ -16,34 +16,23 @@ use std::time::{Duration, Instant};
 use common::{lines, run_ok, tiny_model, tiny_run};
 use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
 use grpo_learner::record::{RolloutRow, read_rollouts};
+use grpo_model::weights::{Safetensors, WeightSource};
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_worker::AuthToken;
 
-/// The largest absolute difference between two f32 safetensors files with
-/// the same tensors.
-fn max_abs_difference(a: &[u8], b: &[u8]) -> f32 {
-    let (a, b) = (
-        safetensors::SafeTensors::deserialize(a).unwrap(),
-        safetensors::SafeTensors::deserialize(b).unwrap(),
-    );
-    let mut names = a.names();
-    names.sort();
-    let mut other = b.names();
-    other.sort();
-    assert_eq!(names, other, "the same tensors");
-    let values = |bytes: &[u8]| -> Vec<f32> {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    };
+/// The largest absolute difference between the parameters of two
+/// checkpoints' `model.safetensors`, which must hold the same tensors.
+fn max_abs_difference(a: &Path, b: &Path) -> f32 {
+    let open = |dir: &Path| Safetensors::open_files(&[dir.join("model.safetensors")]).unwrap();
+    let (a, b) = (open(a), open(b));
+    let names = a.names();
+    assert_eq!(names, b.names(), "the same tensors");
     let mut largest = 0.0f32;
     for name in names {
-        let (x, y) = (a.tensor(name).unwrap(), b.tensor(name).unwrap());
-        assert_eq!((x.dtype(), x.shape()), (y.dtype(), y.shape()), "{name}");
-        assert_eq!(x.dtype(), safetensors::Dtype::F32, "{name}");
-        for (p, q) in values(x.data()).into_iter().zip(values(y.data())) {
+        let (x, y) = (a.tensor(&name).unwrap(), b.tensor(&name).unwrap());
+        assert_eq!(x.dims, y.dims, "{name}");
+        for (p, q) in x.data.iter().zip(&y.data) {
             largest = largest.max((p - q).abs());
         }
     }
@@ -157,9 +146,8 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
     // depend on where a row sits in a batch, and the two engines batch the
     // same requests differently), and so may the updates they weight: the
     // weights must agree far below one step's change (lr 1e-3).
-    let params = |dir: &Path| std::fs::read(dir.join("out/checkpoint-3/model.safetensors")).unwrap();
-    let (local_params, remote_params) = (params(local.path()), params(remote.path()));
-    let largest = max_abs_difference(&local_params, &remote_params);
+    let checkpoint = |dir: &Path| dir.join("out/checkpoint-3");
+    let largest = max_abs_difference(&checkpoint(local.path()), &checkpoint(remote.path()));
     assert!(
         largest < 1e-6,
         "f32 weights over gRPC train as the in-process engine: the checkpoints differ by up to {largest}"

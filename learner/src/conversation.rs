@@ -52,17 +52,12 @@ impl<'a> Conversation<'a> {
         let rendered = self
             .encoder
             .render_tools(&self.messages, generation_prompt, self.tools)?;
-        let Some(added) = rendered.strip_prefix(self.rendered.as_str()) else {
-            return Err(Error::Config {
-                field: "model.chat_template",
-                message: format!(
-                    "the chat template renders the turns before turn {} ({}) differently once it follows; \
-                     grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
-                    self.messages.len(),
-                    self.messages[self.messages.len() - 1].role
-                ),
-            });
-        };
+        let turn = format!(
+            "{} ({})",
+            self.messages.len(),
+            self.messages[self.messages.len() - 1].role
+        );
+        let added = appended(&self.rendered, &rendered, &turn)?;
         let ids = self.encoder.tokenizer().encode(added, false)?;
         self.ids.extend(&ids);
         self.rendered = rendered;
@@ -73,4 +68,30 @@ impl<'a> Conversation<'a> {
     pub fn ids(&self) -> &[u32] {
         &self.ids
     }
+}
+
+/// What `after` (a longer conversation's rendering) adds to `before`; an
+/// error naming `turn` and where the two part when the template rendered
+/// the earlier turns differently.
+pub(crate) fn appended<'a>(before: &str, after: &'a str, turn: &str) -> Result<&'a str> {
+    after.strip_prefix(before).ok_or_else(|| Error::Config {
+        field: "model.chat_template",
+        message: format!(
+            "the chat template renders the turns before turn {turn} differently once it follows ({}); \
+             grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
+            divergence(before, after)
+        ),
+    })
+}
+
+/// Where `after` stops extending `before`: the text of each from the first
+/// character that differs (a few dozen characters, escaped).
+fn divergence(before: &str, after: &str) -> String {
+    let at = before
+        .char_indices()
+        .zip(after.chars())
+        .find(|((_, a), b)| a != b)
+        .map_or(before.len().min(after.len()), |((i, _), _)| i);
+    let shown = |text: &str| format!("{:?}", text[at..].chars().take(40).collect::<String>());
+    format!("was {} from character {at}, became {}", shown(before), shown(after))
 }

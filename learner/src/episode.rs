@@ -33,8 +33,9 @@ use grpo_rollout::request::{Request, SamplingParams};
 use serde_json::{Map, Value};
 
 use crate::collect::{EncodedPrompt, PromptEncoder};
+use crate::conversation::appended;
 use crate::data::Example;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fleet::{Fleet, MemberId, Served};
 
 /// An episode's limits.
@@ -373,9 +374,8 @@ fn answer(
     if episode.episode.turns >= budget.max_turns {
         return Ok(Some(EpisodeEnd::MaxTurns));
     }
-    let ids = encoder
-        .tokenizer()
-        .encode(&answer_text(episode, &messages, encoder, tools)?, false)?;
+    let (text, rendered) = answer_text(episode, &messages, encoder, tools)?;
+    let ids = encoder.tokenizer().encode(&text, false)?;
     let used = episode.episode.tokens.len() + ids.len();
     if used >= budget.max_episode_tokens {
         return Ok(Some(EpisodeEnd::TokenBudget));
@@ -388,41 +388,30 @@ fn answer(
     e.messages.extend(messages.iter().cloned());
     episode.ids.extend(&ids);
     episode.messages.extend(messages);
-    episode.rendered = encoder.render_tools(&episode.messages, true, tools)?;
+    episode.rendered = rendered;
     Ok(None)
 }
 
 /// The text the template adds after the model's last turn when `messages`
-/// answer it: the rest of the turn's closing after its end-of-turn token,
-/// the messages, and the next assistant header.
+/// answer it (the rest of the turn's closing after its end-of-turn token,
+/// the messages, and the next assistant header), and the whole rendering
+/// with them.
 fn answer_text(
     episode: &Live<'_>,
     messages: &[ChatMessage],
     encoder: &PromptEncoder,
     tools: &[Tool],
-) -> Result<String> {
+) -> Result<(String, String)> {
     let with_turn = encoder.render_tools(&episode.messages, false, tools)?;
     let mut all = episode.messages.clone();
     all.extend(messages.iter().cloned());
     let with_answer = encoder.render_tools(&all, true, tools)?;
-    let rewritten = |before: &str, after: &str| Error::Config {
-        field: "model.chat_template",
-        message: format!(
-            "the chat template renders the turns before turn {} differently once an answer follows ({}); \
-             grpo appends turns and trains on the ids as they were: use a template that keeps earlier turns as they are",
-            episode.messages.len(),
-            divergence(before, after)
-        ),
-    };
-    let added = with_answer
-        .strip_prefix(with_turn.as_str())
-        .ok_or_else(|| rewritten(&with_turn, &with_answer))?;
+    let turn = episode.messages.len().to_string();
+    let added = appended(&with_turn, &with_answer, &turn)?;
     // What the template writes to close the turn: after its end-of-turn
     // token when the sampled ids end with it, from that token on when the
     // turn was cut.
-    let turn_text = with_turn
-        .strip_prefix(episode.rendered.as_str())
-        .ok_or_else(|| rewritten(&episode.rendered, &with_turn))?;
+    let turn_text = appended(&episode.rendered, &with_turn, &turn)?;
     let closing = encoder
         .eos_text()
         .and_then(|eos| {
@@ -434,17 +423,6 @@ fn answer_text(
             })
         })
         .unwrap_or("");
-    Ok(format!("{closing}{added}"))
-}
-
-/// Where `after` stops extending `before`: the text of each from the first
-/// character that differs (a few dozen characters, escaped).
-fn divergence(before: &str, after: &str) -> String {
-    let at = before
-        .char_indices()
-        .zip(after.chars())
-        .find(|((_, a), b)| a != b)
-        .map_or(before.len().min(after.len()), |((i, _), _)| i);
-    let shown = |text: &str| format!("{:?}", text[at..].chars().take(40).collect::<String>());
-    format!("was {} from character {at}, became {}", shown(before), shown(after))
+    let text = format!("{closing}{added}");
+    Ok((text, with_answer))
 }

@@ -182,6 +182,8 @@ pub struct EpisodeSetup {
     pub environment: GuardedEnvironment,
     /// The episodes' limits.
     pub budget: Budget,
+    /// The most episodes live at once (all, unless set).
+    concurrency: usize,
     /// The id the next episode gets (ids are unique within the process).
     next_id: AtomicU64,
 }
@@ -192,6 +194,7 @@ impl EpisodeSetup {
         EpisodeSetup {
             environment,
             budget,
+            concurrency: usize::MAX,
             next_id: AtomicU64::new(0),
         }
     }
@@ -211,6 +214,13 @@ impl EpisodeSetup {
             max_episode_tokens: max_completion_tokens,
         };
         Ok(EpisodeSetup::new(environment, budget))
+    }
+
+    /// The same, at most `concurrency` episodes live at once (at least
+    /// one row's): what the fleet's slots hold, so that later rows wait
+    /// instead of evicting the slots live episodes continue in.
+    pub fn with_concurrency(self, concurrency: usize) -> EpisodeSetup {
+        EpisodeSetup { concurrency, ..self }
     }
 
     /// The tools the episodes offer.
@@ -276,6 +286,7 @@ pub fn collect_episodes(
         rows,
         params,
         setup.budget,
+        setup.concurrency,
     )?;
     let prompts = run.prompts;
     let groups = run

@@ -2,13 +2,17 @@
 //! environment answers (tool results, a user or observation message) or
 //! ends the episode, and the next turn continues from everything so far.
 //!
-//! Turns run in lockstep over a batch: every live episode generates its
-//! turn (the first turn of a row's `G` episodes is one request of `n = G`,
+//! Turns run in lockstep rounds: every live episode generates its turn
+//! (the first turn of a row's `G` episodes is one request of `n = G`,
 //! sharing its prefill), the environment answers every turn at once, and
 //! the next round goes on. Each next turn's prompt is the episode's whole
 //! token history and goes to the fleet member that served the episode so
 //! far, so an engine that still keeps the episode's slot continues it and
-//! computes only the new tokens.
+//! computes only the new tokens. At most `concurrency` episodes (the
+//! fleet's slots) are live at once: later rows start in the rounds after
+//! earlier episodes end, their first turns queued behind the live
+//! episodes' next turns, so those find their slots kept instead of
+//! evicted by rows that cannot run yet.
 //!
 //! Tokens are appended, never re-rendered: the model's turn is the ids it
 //! sampled, and an environment's answer is the text the chat template adds
@@ -173,8 +177,10 @@ struct Live<'a> {
 
 /// Runs `n` episodes of each of `rows` (row `i`'s first turn
 /// sampled with `params(i)`, its `n` the group size; later turns with the
-/// same settings, one sample each). The episodes' ids are `first_id` on, in
-/// order; the environment is told of each one's end.
+/// same settings, one sample each), at most `concurrency` live at once (a
+/// row's episodes start together, so a row of more starts alone). The
+/// episodes' ids are `first_id` on, in order; the environment is told of
+/// each one's end.
 #[allow(clippy::too_many_arguments)]
 pub fn run_episodes(
     fleet: &mut dyn Fleet,
@@ -185,47 +191,41 @@ pub fn run_episodes(
     rows: &[&Example],
     params: impl Fn(usize) -> SamplingParams,
     budget: Budget,
+    concurrency: usize,
 ) -> Result<Episodes> {
     let tools = environment.tools();
     let mut prompts = Vec::with_capacity(rows.len());
     let mut live: Vec<Live<'_>> = Vec::new();
-    let mut requests = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        let messages = row.prompt.chat();
-        let prompt = encoder.encode_episode(&row.prompt, &tools)?;
-        let (rendered, ids) = (prompt.text.clone(), prompt.ids.clone());
-        let first = params(i);
-        for j in 0..first.n {
-            live.push(Live {
-                place: live.len(),
-                id: first_id + live.len() as u64,
-                row: i,
-                seed: first.sample_seed(j),
-                ids: ids.clone(),
-                messages: messages.clone(),
-                rendered: rendered.clone(),
-                closed: false,
-                member: 0,
-                episode: Episode::default(),
-                columns: &row.columns,
-            });
-        }
-        requests.push(Request {
-            prompt: ids.clone(),
-            params: SamplingParams {
-                max_tokens: first
-                    .max_tokens
-                    .min(budget.max_turn_tokens)
-                    .min(budget.max_episode_tokens),
-                ..first
-            },
-        });
-        prompts.push(prompt);
-    }
+    let mut requests = Vec::new();
+    let mut prefer = Vec::new();
+    let mut started = 0;
     let template_params = params(0);
-    let mut finished: Vec<(usize, usize, Episode)> = Vec::with_capacity(live.len());
-    let mut turns = served_turns(fleet.generate_preferring(&requests, &vec![None; requests.len()])?);
-    while !live.is_empty() {
+    let mut finished: Vec<(usize, usize, Episode)> = Vec::new();
+    loop {
+        // Rows start while their episodes fit beside the live ones.
+        while let Some(row) = rows.get(prompts.len())
+            && (live.is_empty() || live.len() + params(prompts.len()).n <= concurrency)
+        {
+            let i = prompts.len();
+            let prompt = start_row(row, i, &params(i), encoder, &tools, first_id, &mut started, &mut live)?;
+            requests.push(Request {
+                prompt: prompt.ids.clone(),
+                params: SamplingParams {
+                    max_tokens: params(i)
+                        .max_tokens
+                        .min(budget.max_turn_tokens)
+                        .min(budget.max_episode_tokens),
+                    ..params(i)
+                },
+            });
+            prefer.push(None);
+            prompts.push(prompt);
+        }
+        if live.is_empty() {
+            break;
+        }
+        let turns = served_turns(fleet.generate_preferring(&requests, &prefer)?);
+        (requests, prefer) = (Vec::new(), Vec::new());
         let mut views = Vec::with_capacity(live.len());
         for (episode, (completion, member)) in live.iter_mut().zip(turns) {
             episode.member = member;
@@ -243,8 +243,6 @@ pub fn run_episodes(
             futures::future::join_all(calls).await
         });
         let mut still = Vec::with_capacity(live.len());
-        let mut next = Vec::with_capacity(live.len());
-        let mut prefer = Vec::with_capacity(live.len());
         let mut ended = Vec::new();
         for (mut episode, reply) in live.into_iter().zip(replies) {
             let reply = reply?;
@@ -257,7 +255,7 @@ pub fn run_episodes(
                 None => {
                     let used = episode.episode.tokens.len();
                     let turn = episode.episode.turns as u32;
-                    next.push(Request {
+                    requests.push(Request {
                         prompt: episode.ids.clone(),
                         params: SamplingParams {
                             n: 1,
@@ -275,11 +273,6 @@ pub fn run_episodes(
             ended.into_iter().map(|id| environment.end(id)),
         ));
         live = still;
-        turns = if next.is_empty() {
-            Vec::new()
-        } else {
-            served_turns(fleet.generate_preferring(&next, &prefer)?)
-        };
     }
     // Episodes finish in any order; each row's keep their sample order.
     finished.sort_by_key(|(place, _, _)| *place);
@@ -288,6 +281,40 @@ pub fn run_episodes(
         groups[row].push(episode);
     }
     Ok(Episodes { prompts, groups })
+}
+
+/// Starts row `i`'s episodes (`first.n`, its first turn's settings) as
+/// live episodes `started` on, counting them; returns its prompt.
+#[allow(clippy::too_many_arguments)]
+fn start_row<'a>(
+    row: &'a Example,
+    i: usize,
+    first: &SamplingParams,
+    encoder: &PromptEncoder,
+    tools: &[Tool],
+    first_id: u64,
+    started: &mut usize,
+    live: &mut Vec<Live<'a>>,
+) -> Result<EncodedPrompt> {
+    let messages = row.prompt.chat();
+    let prompt = encoder.encode_episode(&row.prompt, tools)?;
+    for j in 0..first.n {
+        live.push(Live {
+            place: *started,
+            id: first_id + *started as u64,
+            row: i,
+            seed: first.sample_seed(j),
+            ids: prompt.ids.clone(),
+            messages: messages.clone(),
+            rendered: prompt.text.clone(),
+            closed: false,
+            member: 0,
+            episode: Episode::default(),
+            columns: &row.columns,
+        });
+        *started += 1;
+    }
+    Ok(prompt)
 }
 
 /// Each sample of `served`, request after request, with the member that made it.

@@ -342,7 +342,8 @@ impl Run<GrpoTask> {
             data_seed: config.data.seed,
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
             reference,
-            episodes,
+            // A step's episodes all run at once; an evaluation's, that many at a time.
+            episodes: episodes.map(|e| e.with_concurrency(r.group_size * r.prompts_per_step)),
         };
         let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
         let run = Run::assemble(

@@ -116,23 +116,29 @@ impl Setup {
     }
 
     fn engine(&self, continue_sequences: bool) -> Engine {
+        self.engine_with(8, continue_sequences)
+    }
+
+    fn engine_with(&self, slots: usize, continue_sequences: bool) -> Engine {
         let params = self
             .params
             .iter()
             .map(|b| b.copy_to_device(b.device()).unwrap())
             .collect();
         let config = EngineConfig {
-            max_num_seqs: 8,
+            max_num_seqs: slots,
             max_model_len: 512,
             dtype: ElementType::F32,
             continue_sequences,
+            // Off, so that the prompt tokens computed are continuation's count alone.
+            share_prefixes: false,
         };
         Engine::new(&self.client, self.decoder.clone(), params, config).unwrap()
     }
 
     fn run(&self, fleet: &mut dyn Fleet, environment: impl Environment + 'static, budget: Budget) -> Episodes {
         let guarded = GuardedEnvironment::new(Box::new(environment), Duration::from_secs(30), OnError::Fail);
-        self.run_guarded(fleet, &guarded, 0, budget)
+        self.run_guarded(fleet, &guarded, 0, budget, usize::MAX)
     }
 
     fn run_guarded(
@@ -141,6 +147,7 @@ impl Setup {
         environment: &GuardedEnvironment,
         first_id: u64,
         budget: Budget,
+        concurrency: usize,
     ) -> Episodes {
         let rows = rows();
         let rows: Vec<&Example> = rows.iter().collect();
@@ -160,6 +167,7 @@ impl Setup {
             &rows,
             params,
             budget,
+            concurrency,
         )
         .unwrap()
     }
@@ -344,6 +352,38 @@ fn computed_when_continued(episodes: &Episodes) -> u64 {
 }
 
 #[test]
+fn rows_beyond_the_slots_wait_so_that_live_episodes_keep_theirs() {
+    let s = setup();
+    let budget = Budget {
+        max_turns: 4,
+        max_turn_tokens: 8,
+        max_episode_tokens: 300,
+    };
+    let (mut runs, mut stats) = (Vec::new(), Vec::new());
+    for concurrency in [usize::MAX, 3] {
+        let mut fleet = LocalFleet::new(s.engine_with(4, true));
+        let environment = GuardedEnvironment::new(Box::new(GoOn { turns: 4 }), Duration::from_secs(30), OnError::Fail);
+        runs.push(s.run_guarded(&mut fleet, &environment, 0, budget, concurrency));
+        stats.push(fleet.stats());
+    }
+    // All at once, the two rows' six episodes take turns in four slots and
+    // evict one another's; a row at a time, every later turn continues
+    // (only ended episodes are evicted).
+    let computed: Vec<u64> = stats
+        .iter()
+        .map(|e| e.prompt_tokens - e.shared_prompt_tokens - e.kept_prompt_tokens)
+        .collect();
+    assert!(computed[0] > computed_when_continued(&runs[0]), "{stats:?}");
+    assert_eq!(computed[1], computed_when_continued(&runs[1]), "{stats:?}");
+    // The same episodes either way.
+    assert_eq!(runs[0].prompts, runs[1].prompts);
+    for (a, b) in runs[0].groups.iter().flatten().zip(runs[1].groups.iter().flatten()) {
+        assert!(a.tokens == b.tokens && a.messages == b.messages);
+        assert!(a.logprobs.iter().zip(&b.logprobs).all(|(x, y)| (x - y).abs() < 1e-5));
+    }
+}
+
+#[test]
 fn on_a_fleet_of_two_engines_each_episode_stays_where_it_began() {
     let s = setup();
     let mut fleet = WorkerFleet::new(FleetConfig::default(), s.decoder.config().vocab_size).unwrap();
@@ -422,7 +462,7 @@ fn faults_end_episodes_as_on_error_says_and_every_end_is_told_once() {
         let flaky = Flaky::default();
         let (seen, ended) = (flaky.seen.clone(), flaky.ended.clone());
         let guarded = GuardedEnvironment::new(Box::new(flaky), Duration::from_secs(30), on_error);
-        let episodes = s.run_guarded(&mut fleet, &guarded, first_id, budget);
+        let episodes = s.run_guarded(&mut fleet, &guarded, first_id, budget, usize::MAX);
         let flat: Vec<_> = episodes.groups.iter().flatten().collect();
         assert_eq!(flat.len(), 6);
         for (k, episode) in flat.iter().enumerate() {
@@ -459,7 +499,18 @@ fn faults_end_episodes_as_on_error_says_and_every_end_is_told_once() {
         max_tokens: 4,
         ..SamplingParams::default()
     };
-    let error = run_episodes(&mut fleet, &failing, 0, &s.runtime, &s.encoder, &rows, params, budget).unwrap_err();
+    let error = run_episodes(
+        &mut fleet,
+        &failing,
+        0,
+        &s.runtime,
+        &s.encoder,
+        &rows,
+        params,
+        budget,
+        usize::MAX,
+    )
+    .unwrap_err();
     assert!(
         error
             .to_string()

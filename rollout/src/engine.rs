@@ -23,8 +23,15 @@
 //! new tokens are computed (the **extend** program) — the next turn of a
 //! multi-turn episode or chat prefills just the new messages. Free slots
 //! are taken empty ones first, then kept ones, lowest first; taking a slot
-//! that still keeps a sample evicts it (counted), and a later
-//! continuation of it is prefilled whole. New weights drop what slots keep.
+//! that still keeps a sample evicts it (counted). New weights drop what
+//! slots keep.
+//!
+//! A request that continues no kept sample still starts from the longest
+//! prefix of its prompt that another slot holds — a running sample's or a
+//! kept one's, at least [`MIN_SHARED_PREFIX`] tokens — copied into its
+//! slot (the **fork** program), so the system prompt and tool list every
+//! request of a run begins with, or an evicted episode's history, is
+//! computed once (vLLM's automatic prefix caching, over slots).
 //!
 //! Weights can be replaced between steps ([`Engine::update_weights`]);
 //! every token records the policy version that produced it.
@@ -38,9 +45,10 @@ use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 
 use crate::error::{Error, Result};
 use crate::host_weights::ParameterValues;
+use crate::inputs::{RowInputs, TokenInputs};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
 use crate::programs::{ProgramKey, Programs, upload};
-use crate::request::{Limits, LogprobsMode, Request};
+use crate::request::{Limits, Request};
 use crate::sampling::SamplerKind;
 use crate::text::SampleText;
 
@@ -55,9 +63,17 @@ pub struct EngineConfig {
     pub dtype: ElementType,
     /// Continue finished samples in their slots: a request whose prompt
     /// starts with a finished sample's prompt and completion computes only
-    /// the tokens after them. Off, every prompt is prefilled whole. Default true.
+    /// the tokens after them. Default true.
     pub continue_sequences: bool,
+    /// Start a request from the longest prefix of its prompt another slot
+    /// holds (at least [`MIN_SHARED_PREFIX`] tokens), copied into its
+    /// slot. Default true. With both off every prompt is prefilled whole.
+    pub share_prefixes: bool,
 }
+
+/// The fewest prompt tokens a request copies from another slot: a shorter
+/// common prefix is cheaper to compute than to copy.
+pub const MIN_SHARED_PREFIX: usize = 16;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -66,6 +82,7 @@ impl Default for EngineConfig {
             max_model_len: 1024,
             dtype: ElementType::F32,
             continue_sequences: true,
+            share_prefixes: true,
         }
     }
 }
@@ -100,6 +117,9 @@ pub struct EngineStats {
     /// Of the prompt tokens, those whose keys and values a sample found in
     /// its slot, kept from the earlier sample it continues.
     pub kept_prompt_tokens: u64,
+    /// Of the prompt tokens, those whose keys and values a sample copied
+    /// from another slot holding the same prefix.
+    pub copied_prompt_tokens: u64,
     /// Finished samples whose kept keys and values were overwritten
     /// because their slot was needed.
     pub evicted_sequences: u64,
@@ -115,18 +135,18 @@ impl EngineStats {
 }
 
 /// One running sample, in its slot.
-struct Sequence {
-    request: RequestId,
-    index: usize,
-    prompt_len: usize,
+pub(crate) struct Sequence {
+    pub(crate) request: RequestId,
+    pub(crate) index: usize,
+    pub(crate) prompt_len: usize,
     /// The token the next decode step feeds (the last prompt token at first).
-    next_input: u32,
-    tokens: Vec<Token>,
+    pub(crate) next_input: u32,
+    pub(crate) tokens: Vec<Token>,
     /// The text, when the engine has a tokenizer.
-    text: Option<SampleText>,
+    pub(crate) text: Option<SampleText>,
     /// Whether every key and value in its slot comes from the current
     /// weights (false once they change under it): only then is it kept.
-    current: bool,
+    pub(crate) current: bool,
 }
 
 /// What a free slot still holds of the sample that last ran there: its
@@ -138,26 +158,48 @@ struct Kept {
 
 impl Sequence {
     /// The position the next decode step writes.
-    fn position(&self) -> usize {
+    pub(crate) fn position(&self) -> usize {
         self.prompt_len - 1 + self.tokens.len()
     }
 }
 
-/// A request leaving the queue: its id, the slots of its samples, and how
-/// many tokens of its prompt the first slot keeps (0: prefilled whole).
+/// A request leaving the queue: its id, the slots of its samples, and the
+/// keys and values its first slot starts with.
 struct Admitted {
     id: RequestId,
     slots: Vec<usize>,
-    kept: usize,
+    cached: Cached,
+}
+
+/// The keys and values of its prompt an admitted request's first slot
+/// holds before anything is computed for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cached {
+    /// None: the prompt is prefilled whole.
+    Nothing,
+    /// The first `n` positions, kept in the slot by the sample it continues.
+    Kept(usize),
+    /// The first `n` positions, copied from another slot holding the same prefix.
+    Copied(usize),
+}
+
+impl Cached {
+    /// The positions cached.
+    fn positions(self) -> usize {
+        match self {
+            Cached::Nothing => 0,
+            Cached::Kept(n) | Cached::Copied(n) => n,
+        }
+    }
 }
 
 /// A request the engine holds (waiting or running).
-struct Held {
-    request: Request,
+pub(crate) struct Held {
+    pub(crate) request: Request,
     /// EOS (unless `ignore_eos`) and the request's stop token ids.
-    stop_tokens: Vec<u32>,
+    pub(crate) stop_tokens: Vec<u32>,
     /// Samples not yet finished.
-    unfinished: usize,
+    pub(crate) unfinished: usize,
 }
 
 /// The engine: weights, cache and compiled programs on one device.
@@ -188,6 +230,7 @@ struct Counters {
     prompt_tokens: u64,
     shared_prompt_tokens: u64,
     kept_prompt_tokens: u64,
+    copied_prompt_tokens: u64,
     evicted_sequences: u64,
     generated_tokens: u64,
 }
@@ -286,6 +329,7 @@ impl Engine {
             prompt_tokens: self.counters.prompt_tokens,
             shared_prompt_tokens: self.counters.shared_prompt_tokens,
             kept_prompt_tokens: self.counters.kept_prompt_tokens,
+            copied_prompt_tokens: self.counters.copied_prompt_tokens,
             evicted_sequences: self.counters.evicted_sequences,
             generated_tokens: self.counters.generated_tokens,
         }
@@ -533,8 +577,10 @@ impl Engine {
 
     /// Moves waiting requests, first come first served, into free slots
     /// while the one at the front has room for all its samples. A request
-    /// that continues a kept sample is extended in that slot; the others'
-    /// prompts are prefilled, those of one length bucket together.
+    /// that continues a kept sample is extended in that slot; one whose
+    /// prompt begins with a prefix another slot holds copies it and is
+    /// extended; the others' prompts are prefilled, those of one length
+    /// bucket together.
     fn admit(&mut self) -> Result<()> {
         let mut ids = Vec::new();
         let mut left = self.slots.iter().filter(|s| s.is_none()).count();
@@ -561,21 +607,31 @@ impl Engine {
         }
         let mut admitted = Vec::with_capacity(ids.len());
         for id in ids {
-            let (mut slots, kept) = match continuing.get(&id) {
-                Some(&(slot, kept)) => (vec![slot], kept),
-                None => (Vec::new(), 0),
+            let (mut slots, cached) = match continuing.get(&id) {
+                Some(&(slot, kept)) => (vec![slot], Cached::Kept(kept)),
+                None => (Vec::new(), Cached::Nothing),
             };
             let others = self.take_free_slots(self.held[&id].request.params.n - slots.len(), &reserved);
             reserved.extend(&others);
             slots.extend(others);
-            admitted.push(Admitted { id, slots, kept });
+            admitted.push(Admitted { id, slots, cached });
         }
-        let (continued, fresh): (Vec<Admitted>, Vec<Admitted>) = admitted.into_iter().partition(|a| a.kept > 0);
+        // Every slot written below is reserved by now, so the slots lending
+        // prefixes (the others) hold what they held before this call.
+        for a in admitted.iter_mut().filter(|a| a.cached == Cached::Nothing) {
+            let prompt = &self.held[&a.id].request.prompt;
+            if let Some((source, positions)) = self.shared_prefix(prompt, &reserved) {
+                self.copy_slot(source, a.slots[0], positions)?;
+                a.cached = Cached::Copied(positions);
+            }
+        }
+        let (cached, fresh): (Vec<Admitted>, Vec<Admitted>) =
+            admitted.into_iter().partition(|a| a.cached != Cached::Nothing);
         for (t, group) in self.by_bucket(fresh, |engine, a| engine.prompt(a).len()) {
             self.prefill(t, &group)?;
             self.start(&group)?;
         }
-        for (t, group) in self.by_bucket(continued, |engine, a| engine.prompt(a).len() + 1 - a.kept) {
+        for (t, group) in self.by_bucket(cached, |engine, a| engine.prompt(a).len() - a.cached.positions()) {
             self.extend(t, &group)?;
             self.start(&group)?;
         }
@@ -605,7 +661,8 @@ impl Engine {
     }
 
     /// The free slot (none of `reserved`) keeping the longest finished
-    /// sample whose tokens `prompt` starts with, and that sample's length.
+    /// sample whose tokens `prompt` starts with, and the positions it holds
+    /// (the sample's length less one: its last token has none yet).
     fn continued_slot(&self, prompt: &[u32], reserved: &[usize]) -> Option<(usize, usize)> {
         if !self.config.continue_sequences {
             return None;
@@ -614,8 +671,57 @@ impl Engine {
             .filter(|s| self.slots[*s].is_none() && !reserved.contains(s))
             .filter_map(|s| self.kept[s].as_ref().map(|k| (s, &k.tokens)))
             .filter(|(_, tokens)| tokens.len() >= 2 && prompt.starts_with(tokens))
-            .map(|(s, tokens)| (s, tokens.len()))
-            .max_by_key(|&(_, len)| len)
+            .map(|(s, tokens)| (s, tokens.len() - 1))
+            .max_by_key(|&(_, positions)| positions)
+    }
+
+    /// The slot (none of `reserved`; running, or keeping a finished
+    /// sample, with the current weights) holding the longest prefix of
+    /// `prompt`, and the positions of it worth copying: at least
+    /// [`MIN_SHARED_PREFIX`], at most all but the prompt's last token (which
+    /// the first decode step feeds). The lowest such slot among equals.
+    fn shared_prefix(&self, prompt: &[u32], reserved: &[usize]) -> Option<(usize, usize)> {
+        if !self.config.share_prefixes {
+            return None;
+        }
+        let common =
+            |held: &mut dyn Iterator<Item = u32>| prompt.iter().zip(held).take_while(|(a, b)| **a == *b).count();
+        let mut best: Option<(usize, usize)> = None;
+        for slot in (0..self.slots.len()).filter(|s| !reserved.contains(s)) {
+            let positions = match (&self.slots[slot], &self.kept[slot]) {
+                (Some(running), _) if running.current => {
+                    let request = &self.held[&running.request].request;
+                    let mut held = request
+                        .prompt
+                        .iter()
+                        .copied()
+                        .chain(running.tokens.iter().map(|t| t.id));
+                    // Positions before the one its next decode step writes hold keys and values.
+                    common(&mut held).min(running.position())
+                }
+                (None, Some(kept)) => common(&mut kept.tokens.iter().copied()).min(kept.tokens.len() - 1),
+                _ => 0,
+            };
+            let positions = positions.min(prompt.len() - 1);
+            if positions >= MIN_SHARED_PREFIX && best.is_none_or(|(_, most)| positions > most) {
+                best = Some((slot, positions));
+            }
+        }
+        best
+    }
+
+    /// Copies the first `positions` cache positions of slot `from` into
+    /// slot `to` (the fork program, in the bucket holding them).
+    fn copy_slot(&mut self, from: usize, to: usize, positions: usize) -> Result<()> {
+        let (c, d) = (&self.client, &self.device);
+        let ends = [upload(c, d, &[from as i32], &[])?, upload(c, d, &[to as i32], &[])?];
+        let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
+        args.extend(self.state.iter().map(Arg::Donate));
+        let key = ProgramKey::Fork {
+            tokens: self.programs.prefill_bucket(positions),
+        };
+        self.state = self.programs.get(key)?.execute_args(&args)?;
+        Ok(())
     }
 
     /// `n` free slots, none of `reserved`: empty ones, then those keeping a
@@ -635,44 +741,43 @@ impl Engine {
         free
     }
 
-    /// The stop marks of held request `id`, as row `row` of `[P, vocab]` rows.
-    fn mark_stops(&self, id: RequestId, row: usize, stop_rows: &mut [f32]) {
-        let vocab = self.decoder().config().vocab_size;
-        for &token in &self.held[&id].stop_tokens {
-            stop_rows[row * vocab + token as usize] = 1.0;
+    /// The inputs of a prefill or extend program over `group`, each
+    /// prompt's tokens after those its first slot holds (at most `t`, the
+    /// last included).
+    fn token_inputs(&self, t: usize, group: &[Admitted]) -> TokenInputs {
+        let p = self.programs.prefill_rows(group.len());
+        let mut inputs = TokenInputs::new(p, t, self.decoder().config().vocab_size);
+        for (row, a) in group.iter().enumerate() {
+            let held = &self.held[&a.id];
+            inputs.add(
+                row,
+                &held.request.prompt,
+                a.cached.positions(),
+                &held.stop_tokens,
+                a.slots[0],
+            );
         }
+        inputs
     }
 
     /// Prefills the prompts of `group` (prompts of at most `t` tokens) in
     /// one program, each into its first slot.
     fn prefill(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
-        let p = self.programs.prefill_rows(group.len());
-        let vocab = self.decoder().config().vocab_size;
-        let mut inputs = TokenInputs::new(p, t, vocab);
-        for (row, a) in group.iter().enumerate() {
-            inputs.add(row, 0, self.prompt(a), a.slots[0]);
-            self.mark_stops(a.id, row, &mut inputs.stop_rows);
-        }
-        let key = ProgramKey::Prefill { prompts: p, tokens: t };
+        let inputs = self.token_inputs(t, group);
+        let key = ProgramKey::Prefill {
+            prompts: inputs.rows(),
+            tokens: t,
+        };
         self.run_on_state(key, &inputs.upload(&self.client, &self.device)?)
     }
 
-    /// Continues the kept samples of `group` in their slots: each prompt's
-    /// tokens after the kept ones (at most `t`, the last included) are
-    /// written after them, in one program.
+    /// Extends the prompts of `group`, whose first slots hold their first
+    /// positions (kept or copied): each prompt's tokens after those (at
+    /// most `t`, the last included) are written after them, in one program.
     fn extend(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
-        let p = self.programs.prefill_rows(group.len());
-        let vocab = self.decoder().config().vocab_size;
-        let mut inputs = TokenInputs::new(p, t, vocab);
-        let mut longest = 1;
-        for (row, a) in group.iter().enumerate() {
-            // The slot holds the keys and values of the kept tokens but the last.
-            let from = a.kept - 1;
-            let prompt = self.prompt(a);
-            longest = longest.max(prompt.len());
-            inputs.add(row, from, &prompt[from..], a.slots[0]);
-            self.mark_stops(a.id, row, &mut inputs.stop_rows);
-        }
+        let inputs = self.token_inputs(t, group);
+        let p = inputs.rows();
+        let longest = group.iter().map(|a| self.prompt(a).len()).max().unwrap_or(1);
         let key = ProgramKey::Extend {
             prompts: p,
             tokens: t,
@@ -694,23 +799,19 @@ impl Engine {
     /// Starts the samples of `group`, whose prompts are in their first
     /// slots: forks each into its other slots and makes them run.
     fn start(&mut self, group: &[Admitted]) -> Result<()> {
-        let (c, d) = (&self.client, &self.device);
         for a in group {
-            let request = &self.held[&a.id].request;
-            let len = request.prompt.len();
-            let t = self.programs.prefill_bucket(len);
+            let len = self.prompt(a).len();
             for &dst in &a.slots[1..] {
-                let ends = [
-                    upload(c, d, &[a.slots[0] as i32], &[])?,
-                    upload(c, d, &[dst as i32], &[])?,
-                ];
-                let mut args: Vec<Arg<'_>> = ends.iter().map(Arg::Borrow).collect();
-                args.extend(self.state.iter().map(Arg::Donate));
-                self.state = self.programs.get(ProgramKey::Fork { tokens: t })?.execute_args(&args)?;
+                self.copy_slot(a.slots[0], dst, len)?;
             }
+            let request = &self.held[&a.id].request;
             self.counters.prompt_tokens += (len * a.slots.len()) as u64;
             self.counters.shared_prompt_tokens += (len * (a.slots.len() - 1)) as u64;
-            self.counters.kept_prompt_tokens += a.kept.saturating_sub(1) as u64;
+            match a.cached {
+                Cached::Nothing => {}
+                Cached::Kept(n) => self.counters.kept_prompt_tokens += n as u64,
+                Cached::Copied(n) => self.counters.copied_prompt_tokens += n as u64,
+            }
             for (index, &slot) in a.slots.iter().enumerate() {
                 let text = match &self.tokenizer {
                     Some(tokenizer) => Some(SampleText::new(tokenizer, &request.prompt, &request.params)?),
@@ -821,7 +922,7 @@ impl Engine {
             };
             if let Some((reason, stop)) = finish {
                 let sequence = self.slots[row].take().expect("running");
-                if sequence.current && self.config.continue_sequences {
+                if sequence.current && (self.config.continue_sequences || self.config.share_prefixes) {
                     let prompt = &self.held[&sequence.request].request.prompt;
                     let tokens = prompt
                         .iter()
@@ -861,141 +962,5 @@ fn finished(sequence: Sequence, reason: FinishReason, stop: Option<StopReason>) 
             finish_reason: reason,
             stop_reason: stop,
         }),
-    }
-}
-
-/// The decode program's per-row inputs (idle rows: position −1, greedy, no penalties).
-struct RowInputs {
-    ids: Vec<i32>,
-    positions: Vec<i32>,
-    repetition: Vec<f32>,
-    frequency: Vec<f32>,
-    presence: Vec<f32>,
-    suppress_stops: Vec<f32>,
-    temperature: Vec<f32>,
-    top_k: Vec<i32>,
-    top_p: Vec<f32>,
-    min_p: Vec<f32>,
-    seed: Vec<u32>,
-    step: Vec<u32>,
-    processed_logprobs: Vec<f32>,
-}
-
-impl RowInputs {
-    /// Inputs of the first `rows` rows (past the engine's slots: idle rows).
-    fn new(slots: &[Option<Sequence>], rows: usize, held: &HashMap<RequestId, Held>) -> RowInputs {
-        let mut r = RowInputs {
-            ids: Vec::new(),
-            positions: Vec::new(),
-            repetition: Vec::new(),
-            frequency: Vec::new(),
-            presence: Vec::new(),
-            suppress_stops: Vec::new(),
-            temperature: Vec::new(),
-            top_k: Vec::new(),
-            top_p: Vec::new(),
-            min_p: Vec::new(),
-            seed: Vec::new(),
-            step: Vec::new(),
-            processed_logprobs: Vec::new(),
-        };
-        let idle = crate::request::SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        };
-        for row in 0..rows {
-            let sequence = slots.get(row).and_then(Option::as_ref);
-            let p = sequence.map_or(&idle, |s| &held[&s.request].request.params);
-            let generated = sequence.map_or(0, |s| s.tokens.len());
-            r.ids.push(sequence.map_or(0, |s| s.next_input as i32));
-            r.positions.push(sequence.map_or(-1, |s| s.position() as i32));
-            r.repetition.push(p.repetition_penalty);
-            r.frequency.push(p.frequency_penalty);
-            r.presence.push(p.presence_penalty);
-            r.suppress_stops.push(if generated < p.min_tokens { 1.0 } else { 0.0 });
-            r.temperature.push(p.temperature);
-            r.top_k.push(p.top_k);
-            r.top_p.push(p.top_p);
-            r.min_p.push(p.min_p);
-            r.seed.push(p.sample_seed(sequence.map_or(0, |s| s.index)));
-            r.step.push(generated as u32);
-            let processed = p.logprobs_mode == LogprobsMode::Processed;
-            r.processed_logprobs.push(if processed { 1.0 } else { 0.0 });
-        }
-        r
-    }
-
-    /// The buffers in the decode program's order.
-    fn upload(&self, client: &Client, device: &Device) -> Result<Vec<Buffer>> {
-        let b = self.ids.len() as i64;
-        let (column, vector) = ([b, 1], [b]);
-        Ok(vec![
-            upload(client, device, &self.ids, &column)?,
-            upload(client, device, &self.positions, &column)?,
-            upload(client, device, &self.repetition, &vector)?,
-            upload(client, device, &self.frequency, &vector)?,
-            upload(client, device, &self.presence, &vector)?,
-            upload(client, device, &self.suppress_stops, &vector)?,
-            upload(client, device, &self.temperature, &vector)?,
-            upload(client, device, &self.top_k, &vector)?,
-            upload(client, device, &self.top_p, &vector)?,
-            upload(client, device, &self.min_p, &vector)?,
-            upload(client, device, &self.seed, &vector)?,
-            upload(client, device, &self.step, &vector)?,
-            upload(client, device, &self.processed_logprobs, &vector)?,
-        ])
-    }
-}
-
-/// The token inputs of a prefill or extend program: `P` sequences of up to
-/// `T` new tokens (padding: token 0 at position −1, mark −1, slot −1).
-struct TokenInputs {
-    t: usize,
-    ids: Vec<i32>,
-    positions: Vec<i32>,
-    marks: Vec<i32>,
-    stop_rows: Vec<f32>,
-    slots: Vec<i32>,
-}
-
-impl TokenInputs {
-    /// All padding, for `p` sequences of `t` tokens over `vocab` tokens.
-    fn new(p: usize, t: usize, vocab: usize) -> TokenInputs {
-        TokenInputs {
-            t,
-            ids: vec![0; p * t],
-            positions: vec![-1; p * t],
-            marks: vec![-1; p * t],
-            stop_rows: vec![0.0; p * vocab],
-            slots: vec![-1; p],
-        }
-    }
-
-    /// Row `row`: `tokens` at positions from `from` into `slot`, all
-    /// marked and all but the last computed (the next decode step feeds it).
-    fn add(&mut self, row: usize, from: usize, tokens: &[u32], slot: usize) {
-        let t = self.t;
-        for (j, &token) in tokens.iter().enumerate() {
-            self.marks[row * t + j] = token as i32;
-            if j + 1 < tokens.len() {
-                self.ids[row * t + j] = token as i32;
-                self.positions[row * t + j] = (from + j) as i32;
-            }
-        }
-        self.slots[row] = slot as i32;
-    }
-
-    /// The buffers in the programs' order: ids, positions, marks, stop rows, slots.
-    fn upload(&self, client: &Client, device: &Device) -> Result<Vec<Buffer>> {
-        let (p, t) = (self.slots.len() as i64, self.t as i64);
-        let vocab = self.stop_rows.len() as i64 / p;
-        let matrix = [p, t];
-        Ok(vec![
-            upload(client, device, &self.ids, &matrix)?,
-            upload(client, device, &self.positions, &matrix)?,
-            upload(client, device, &self.marks, &matrix)?,
-            upload(client, device, &self.stop_rows, &[p, vocab])?,
-            upload(client, device, &self.slots, &[p])?,
-        ])
     }
 }

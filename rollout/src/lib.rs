@@ -26,6 +26,7 @@ pub mod engine;
 mod error;
 pub mod handle;
 pub mod host_weights;
+mod inputs;
 pub mod output;
 mod programs;
 pub mod request;

@@ -11,17 +11,17 @@
 //! - **prefill** (buckets: prompts `P` and tokens `T`, powers of two; `T`
 //!   ≥ the prompt lengths): the keys and values of each prompt's tokens
 //!   but its last, written into its slot from position 0; the slot's
-//!   history reset (prompt marks, stop marks, zero counts). No output head: the last prompt token is fed by the
-//!   next decode step, which samples from it.
+//!   history reset (prompt marks, stop marks, zero counts). No output
+//!   head: the last prompt token is fed by the next decode step, which
+//!   samples from it.
 //! - **extend** (buckets: sequences `P`, new tokens `T` and attention
-//!   window `W`, powers of two): continues sequences whose slots still
-//!   hold their keys and values — the new tokens but the last written
-//!   after them, attending to them — and leaves each slot's history as a
-//!   prefill of the whole prompt would (every token seen so far marked as
-//!   prompt, counts zeroed, the request's stop marks).
+//!   window `W`, powers of two): continues sequences whose slots hold the
+//!   keys and values of their prompts' first positions — the new tokens
+//!   but the last written after them, attending to them — and resets each
+//!   slot's history as a prefill of the whole prompt does.
 //! - **fork** (bucket `T`): copies a slot's first `T` cache positions and
 //!   its history into another slot — the other samples of a group start
-//!   from one prefill.
+//!   from one prefill, and a prompt from a prefix another slot holds.
 //! - **decode** (buckets: rows `B` and attention window `W`, powers of two;
 //!   the cheapest [`SamplerKind`] the rows need; with or without top
 //!   log-probs): one token for each of slots `0..B`
@@ -204,16 +204,16 @@ impl Programs {
             .collect::<grpo_xla::Result<_>>()?)
     }
 
-    /// `(params, ids [P,T], positions [P,T], prompts [P,T], stop_rows [P,V],
-    /// slots [P], state) → state`: prompt `p`'s keys and values written into
-    /// slot `slots[p]` from position 0 and its history reset; a slot of −1
-    /// (a padding prompt) writes nothing.
+    /// `(params, ids [P,T], positions [P,T], prompt_rows [P,V], stop_rows
+    /// [P,V], slots [P], state) → state`: prompt `p`'s keys and values
+    /// written into slot `slots[p]` from position 0 and its history reset;
+    /// a slot of −1 (a padding prompt) writes nothing.
     fn prefill(&self, p: i64, t: i64) -> Result<Executable> {
         let graph = Graph::new(&format!("engine_prefill_{p}x{t}"));
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[p, t])?;
         let positions = graph.parameter(ElementType::S32, &[p, t])?;
-        let prompts = graph.parameter(ElementType::S32, &[p, t])?;
+        let prompt_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
         let stop_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
         let slots = graph.parameter(ElementType::S32, &[p])?;
         let state = self.state_parameters(&graph)?;
@@ -225,12 +225,7 @@ impl Programs {
             .zip(&kv)
             .map(|(cache, new)| cache.scatter(&at_slot, new, &whole_rows(4)))
             .collect::<grpo_xla::Result<_>>()?;
-        let empty_rows = stop_rows.zeros_like()?;
-        let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
-        outputs.push(counts.scatter(&at_slot, &empty_rows, &whole_rows(2))?);
-        let cleared = in_prompt.scatter(&at_slot, &empty_rows, &whole_rows(2))?;
-        outputs.push(mark_tokens(&cleared, &at_slot, &prompts)?);
-        outputs.push(stops.scatter(&at_slot, &stop_rows, &whole_rows(2))?);
+        outputs.extend(reset_history(&state[layers..], &at_slot, &prompt_rows, &stop_rows)?);
         let first_state = params.len() + 5;
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
@@ -238,20 +233,17 @@ impl Programs {
         Ok(function.compile_with(&self.client, &self.options)?)
     }
 
-    /// `(params, ids [P,T], positions [P,T], marks [P,T], stop_rows [P,V],
-    /// slots [P], state) → state`: sequence `p`'s new tokens written into
-    /// slot `slots[p]` at their positions (−1: padding), attending to what
-    /// the slot holds within the first `window` positions; the slot's
-    /// history then marks as prompt every token it has seen (its prompt
-    /// marks, the tokens its counts hold, and `marks`: the new tokens, −1
-    /// padding), with counts zeroed and the stop marks of `stop_rows`. A
-    /// slot of −1 writes nothing.
+    /// `(params, ids [P,T], positions [P,T], prompt_rows [P,V], stop_rows
+    /// [P,V], slots [P], state) → state`: sequence `p`'s new tokens written
+    /// into slot `slots[p]` at their positions (−1: padding), attending to
+    /// what the slot holds within the first `window` positions; the slot's
+    /// history reset as a prefill's. A slot of −1 writes nothing.
     fn extend(&self, p: i64, t: i64, window: i64) -> Result<Executable> {
         let graph = Graph::new(&format!("engine_extend_{p}x{t}x{window}"));
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[p, t])?;
         let positions = graph.parameter(ElementType::S32, &[p, t])?;
-        let marks = graph.parameter(ElementType::S32, &[p, t])?;
+        let prompt_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
         let stop_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
         let slots = graph.parameter(ElementType::S32, &[p])?;
         let state = self.state_parameters(&graph)?;
@@ -259,14 +251,8 @@ impl Programs {
         let mut outputs = self
             .decoder
             .extend_cache(&params, &ids, &positions, &slots, &state[..layers], window)?;
-        let (counts, in_prompt, stops) = (&state[layers], &state[layers + 1], &state[layers + 2]);
         let at_slot = slots.reshape(&[p, 1])?;
-        let output_seen = counts.take(&slots, 0)?.gt(&stop_rows.zeros_like()?)?;
-        let seen = output_seen.select(&stop_rows.ones_like()?, &in_prompt.take(&slots, 0)?)?;
-        let seen_rows = in_prompt.scatter(&at_slot, &seen, &whole_rows(2))?;
-        outputs.push(counts.scatter(&at_slot, &stop_rows.zeros_like()?, &whole_rows(2))?);
-        outputs.push(mark_tokens(&seen_rows, &at_slot, &marks)?);
-        outputs.push(stops.scatter(&at_slot, &stop_rows, &whole_rows(2))?);
+        outputs.extend(reset_history(&state[layers..], &at_slot, &prompt_rows, &stop_rows)?);
         let first_state = params.len() + 5;
         let function = graph
             .build(&outputs.iter().collect::<Vec<_>>())?
@@ -367,25 +353,22 @@ fn whole_rows(rank: usize) -> ScatterDims {
     }
 }
 
-/// `table` `[S, V]` with a 1 at `(slot, token)` for each of `tokens`
-/// `[P, T]` of the sequence in slot `at_slot[p]` (`[P, 1]`); a token or
-/// slot of −1 writes nothing.
-fn mark_tokens(table: &Tensor, at_slot: &Tensor, tokens: &Tensor) -> Result<Tensor> {
-    let (p, t) = (tokens.dims()[0], tokens.dims()[1]);
-    let at = Tensor::concatenate(
-        &[
-            &at_slot.reshape(&[p, 1, 1])?.broadcast_to(&[p, t, 1])?,
-            &tokens.reshape(&[p, t, 1])?,
-        ],
-        2,
-    )?;
-    let entries = ScatterDims {
-        update_window_dims: vec![],
-        inserted_window_dims: vec![0, 1],
-        scatter_dims_to_operand_dims: vec![0, 1],
-        index_vector_dim: 2,
-    };
-    Ok(table.scatter(&at, &tokens.graph().full(1.0, ElementType::F32, &[p, t])?, &entries)?)
+/// The history tables `[counts, prompt marks, stop marks]` (`[S, V]`
+/// each) with rows `at_slot` (`[P, 1]`; −1 writes nothing) reset for new
+/// prompts: counts zeroed, prompt and stop marks from `prompt_rows` and
+/// `stop_rows` (`[P, V]`).
+fn reset_history(
+    history: &[Tensor],
+    at_slot: &Tensor,
+    prompt_rows: &Tensor,
+    stop_rows: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let rows = whole_rows(2);
+    Ok(vec![
+        history[0].scatter(at_slot, &stop_rows.zeros_like()?, &rows)?,
+        history[1].scatter(at_slot, prompt_rows, &rows)?,
+        history[2].scatter(at_slot, stop_rows, &rows)?,
+    ])
 }
 
 /// A `[B, 1]`-or-`[B]` host vector uploaded as `dims` to `device`.

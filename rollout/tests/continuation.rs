@@ -15,8 +15,15 @@ use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_xla::{Client, ElementType};
 
-/// A qwen3 fixture engine of `slots` slots, continuing finished samples or not.
+/// A qwen3 fixture engine of `slots` slots, continuing finished samples or
+/// not; it shares no prefixes between slots.
 fn engine(client: &Client, slots: usize, continue_sequences: bool) -> Engine {
+    engine_reusing(client, slots, continue_sequences, false)
+}
+
+/// A qwen3 fixture engine of `slots` slots, continuing finished samples
+/// and sharing prefixes between slots, or not.
+fn engine_reusing(client: &Client, slots: usize, continue_sequences: bool, share_prefixes: bool) -> Engine {
     let pretrained = grpo_model::pretrained::Pretrained::open(fixture("qwen3").to_str().unwrap()).unwrap();
     let decoder = grpo_model::decoder::Decoder::new(pretrained.config.clone());
     let params = grpo_model::load::upload_parameters(
@@ -32,6 +39,7 @@ fn engine(client: &Client, slots: usize, continue_sequences: bool) -> Engine {
         max_model_len: 128,
         dtype: ElementType::F32,
         continue_sequences,
+        share_prefixes,
     };
     Engine::new(client, decoder, params, config).unwrap()
 }
@@ -192,4 +200,69 @@ fn new_weights_drop_what_slots_keep() {
     );
     assert_eq!(continuing.stats().kept_prompt_tokens, 0);
     assert_eq!(continuing.stats().evicted_sequences, 0);
+}
+
+/// Prompts of `prefix` (40 tokens) then each of `tails`.
+fn sharing(prefix: &[u32], tails: &[&[u32]], seed: u32, n: usize) -> Vec<Request> {
+    tails
+        .iter()
+        .enumerate()
+        .map(|(i, tail)| Request {
+            prompt: prefix.iter().chain(tail.iter()).copied().collect(),
+            params: params(seed + i as u32, n),
+        })
+        .collect()
+}
+
+#[test]
+fn prompts_copy_the_prefix_another_slot_holds_and_sample_as_a_whole_prefill() {
+    let client = cpu_client();
+    let mut sharing_engine = engine_reusing(&client, 6, false, true);
+    let mut prefilling = engine(&client, 6, false);
+    let prefix: Vec<u32> = (0..40).map(|j| (13 * j + 5) % 120).collect();
+    // A first request alone: nothing to copy from.
+    let first = sharing(&prefix, &[&[1, 2, 3]], 10, 1);
+    assert_same(
+        &sharing_engine.generate(&first).unwrap(),
+        &prefilling.generate(&first).unwrap(),
+        0,
+    );
+    assert_eq!(sharing_engine.stats().copied_prompt_tokens, 0);
+    // Two requests (one of two samples) copy the 40 tokens the kept sample
+    // holds; a prompt sharing only 10 tokens (under the minimum) is prefilled whole.
+    let mut second = sharing(&prefix, &[&[9, 9], &[4, 5, 6, 7]], 20, 2);
+    second.push(Request {
+        prompt: prefix[..10].iter().chain(&[77, 78, 79]).copied().collect(),
+        params: params(30, 1),
+    });
+    assert_same(
+        &sharing_engine.generate(&second).unwrap(),
+        &prefilling.generate(&second).unwrap(),
+        1,
+    );
+    assert_eq!(sharing_engine.stats().copied_prompt_tokens, 2 * 40);
+    assert_eq!(sharing_engine.stats().evicted_sequences, 0);
+    // A request arriving while another runs copies from the running slot:
+    // the prefix and the part of the running one's tail it shares.
+    let running = sharing(&prefix, &[&[50, 51, 52, 53, 54]], 40, 1);
+    let joining = sharing(&prefix, &[&[50, 51, 52, 60]], 41, 1);
+    let before = sharing_engine.stats().copied_prompt_tokens;
+    let outputs = [&mut sharing_engine, &mut prefilling].map(|engine| {
+        let first = engine.add_request(running[0].clone()).unwrap();
+        engine.step().unwrap();
+        engine.add_request(joining[0].clone()).unwrap();
+        let mut done = Vec::new();
+        while engine.has_work() {
+            let updates = engine.step().unwrap();
+            done.extend(updates.into_iter().filter_map(|u| u.finished.map(|c| (u.request, c))));
+        }
+        // The running request's sample, then the joining one's.
+        done.sort_by_key(|(request, _)| *request != first);
+        done.into_iter().map(|(_, c)| vec![c]).collect::<Vec<_>>()
+    });
+    // The first copies the 40 tokens the kept samples hold (evicting one of
+    // them: every slot keeps one); the second, the 40 and the 3 tokens of
+    // the tail it shares with the running one.
+    assert_eq!(sharing_engine.stats().copied_prompt_tokens - before, 40 + 43);
+    assert_same(&outputs[0], &outputs[1], 2);
 }

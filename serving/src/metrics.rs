@@ -157,11 +157,11 @@ impl Metrics {
             "Prompt tokens admitted.",
             queries,
         );
-        let hits = (engine.shared_prompt_tokens + engine.kept_prompt_tokens) as f64;
+        let hits = (engine.shared_prompt_tokens + engine.kept_prompt_tokens + engine.copied_prompt_tokens) as f64;
         scalar(
             "vllm:prefix_cache_hits_total",
             "counter",
-            "Prompt tokens not computed: shared with the group's prefill or kept from the sample a request continues.",
+            "Prompt tokens not computed: shared with the group's prefill, kept from the sample a request continues, or copied from a slot holding the same prefix.",
             hits,
         );
         let name = "vllm:request_success_total";

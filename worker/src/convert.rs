@@ -194,6 +194,7 @@ pub(crate) fn stats_to_proto(stats: &ServiceStats) -> proto::StatsResponse {
         shared_prompt_tokens: e.shared_prompt_tokens,
         generated_tokens: e.generated_tokens,
         kept_prompt_tokens: e.kept_prompt_tokens,
+        copied_prompt_tokens: e.copied_prompt_tokens,
         evicted_sequences: e.evicted_sequences,
     }
 }
@@ -210,6 +211,7 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
             prompt_tokens: stats.prompt_tokens,
             shared_prompt_tokens: stats.shared_prompt_tokens,
             kept_prompt_tokens: stats.kept_prompt_tokens,
+            copied_prompt_tokens: stats.copied_prompt_tokens,
             evicted_sequences: stats.evicted_sequences,
             generated_tokens: stats.generated_tokens,
         },

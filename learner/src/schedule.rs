@@ -38,9 +38,10 @@ pub struct Schedule {
 
 impl Schedule {
     /// What is wrong with a run shorter than its warm-up (its rate never
-    /// reaches the peak), for a warning; `None` when the schedule fits.
+    /// reaches the peak), for a warning; `None` when the schedule fits or
+    /// the run trains no step (an evaluation only).
     pub fn cut_short(&self) -> Option<String> {
-        (self.warmup > self.total).then(|| {
+        (self.total > 0 && self.warmup > self.total).then(|| {
             format!(
                 "{} warm-up steps are more than the run's {}: the schedule is cut short, its last step's rate \
                  {:.3e} of the peak {:.3e}",

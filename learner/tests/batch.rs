@@ -116,6 +116,9 @@ fn schedules_match_transformers() {
         "{warning}"
     );
     assert!(s(Decay::Constant).cut_short().is_none());
+    // An evaluation-only run (no step) has no schedule to cut.
+    let none = Schedule { total: 0, ..short };
+    assert!(none.cut_short().is_none());
 }
 
 #[test]

@@ -54,7 +54,7 @@ impl OptimizerSection {
         Schedule {
             lr: self.lr,
             warmup: self.warmup_steps,
-            total: max_steps.max(1),
+            total: max_steps,
             decay: self.schedule,
         }
     }

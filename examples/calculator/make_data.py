@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the calculator task's data: arithmetic that SmolLM2-135M-Instruct
-cannot do in its head (multi-digit multiplication and division, one-step
-word problems), asked as chat turns, with the answer column the math reward
-checks.
+cannot do in its head, asked as chat turns, with the answer column the math
+reward checks. A fifth of the problems are bare (a product or a quotient of
+multi-digit numbers); the rest are two-step word problems whose expression
+the model must build from the story (a*b-c, a*(b+c), p/a+c, ...).
 
     python3 examples/calculator/make_data.py [--seed 0]
 
@@ -16,17 +17,19 @@ Outputs, next to this script:
   answers; the row's "tools" column (TRL's) offers the tool as the run's
   `[environment]` does, so the SFT prompt is the GRPO prompt id for id.
 - sft_plain.jsonl: the same 400 problems worked without a tool
-  ("347 * 128 = 44416. The answer is 44416."), the baseline's warm start.
+  ("347 * 128 - 95 = 44321. The answer is 44321."), the baseline's warm start.
 
-Word problems come in eight phrasings; the SFT transcripts use only four of
-them, so after SFT the model has seen how to call the tool but must still
-find the expression for the other four (GRPO's and the held-out problems use
+Word problems come in eight stories, each with its own shape of expression;
+the SFT transcripts use only four of them, so after SFT the model knows how
+to call the tool but must still find the expression of the other four
+stories, whose shapes it has not seen (GRPO's and the held-out problems use
 all eight)."""
 
 import argparse
 import json
 import pathlib
 import random
+import re
 
 # One system turn for every file: with the tool on offer the chat template
 # adds the tool's signature to it.
@@ -47,24 +50,32 @@ CALCULATE = {
     },
 }
 
-# (question with {a} and {b}, the expression's operator). Multiplications
-# ask for a × b; divisions give the product and ask for the quotient.
+# (story with {a}, {b}, {c}, {p}: the expression's shape over a, b, c and the
+# answer q = p / a where a story divides).
 WORD_PROBLEMS = [
-    ("A shop packs {a} pencils in each box. How many pencils are in {b} boxes?", "*"),
-    ("A train carries {a} passengers on each trip. How many passengers does it carry in {b} trips?", "*"),
-    ("{p} apples are shared equally among {a} baskets. How many apples go in each basket?", "/"),
-    ("A printer prints {p} pages in {a} minutes at a steady rate. How many pages does it print per minute?", "/"),
-    ("Each seat in a stadium costs {a} dollars. What do {b} seats cost?", "*"),
-    ("A farm plants {a} rows with {b} trees in each row. How many trees does it plant?", "*"),
-    ("A tank holds {p} liters and is emptied by {a} equal buckets. How many liters does each bucket take?", "/"),
-    ("{p} students are split into {a} equal groups. How many students are in each group?", "/"),
+    ("A shop packs {a} pencils in each box. It fills {b} boxes and sells {c} pencils. How many pencils are left?",
+     "{a}*{b}-{c}"),
+    ("A train carries {a} passengers on each trip. It makes {b} trips on Monday and {c} trips on Tuesday. "
+     "How many passengers does it carry in all?", "{a}*({b}+{c})"),
+    ("{p} apples are shared equally among {a} baskets, then {c} more apples are put in each basket. "
+     "How many apples are in each basket now?", "{p}/{a}+{c}"),
+    ("A printer prints {p} pages in {a} minutes at a steady rate. How many pages does it print in {c} minutes?",
+     "{p}/{a}*{c}"),
+    ("A ticket costs {a} dollars and a program costs {c} dollars. What do {b} tickets and {b} programs cost?",
+     "({a}+{c})*{b}"),
+    ("A farm plants {a} rows with {b} trees in each row, and {c} more trees by the gate. "
+     "How many trees does it plant?", "{a}*{b}+{c}"),
+    ("A tank holds {c} liters. {a} buckets of {b} liters each are taken out. How many liters are left?",
+     "{c}-{a}*{b}"),
+    ("{p} students are split into {a} equal groups, and {c} students leave each group. "
+     "How many students are left in each group?", "{p}/{a}-{c}"),
 ]
-SFT_PHRASINGS = {0, 2, 4, 6}
+SFT_STORIES = {0, 2, 4, 6}
 
 
 def problem(rng: random.Random):
-    """A seeded problem: (question, expression, answer, phrasing); phrasing
-    is None for a bare question."""
+    """A seeded problem: (question, expression, answer, story); story is
+    None for a bare question. Every answer is a positive whole number."""
     a = rng.randint(12, 999)
     b = rng.randint(12, 999)
     kind = rng.randrange(10)
@@ -72,11 +83,19 @@ def problem(rng: random.Random):
         return f"What is {a} * {b}?", f"{a}*{b}", a * b, None
     if kind == 1:
         return f"What is {a * b} divided by {a}?", f"{a * b}/{a}", b, None
-    phrasing = kind - 2
-    text, op = WORD_PROBLEMS[phrasing]
-    if op == "*":
-        return text.format(a=a, b=b), f"{a}*{b}", a * b, phrasing
-    return text.format(a=a, p=a * b), f"{a * b}/{a}", b, phrasing
+    story = kind - 2
+    text, shape = WORD_PROBLEMS[story]
+    p = a * b  # the divided stories' total: p / a = b
+    if "{c}-" in shape:
+        c = a * b + rng.randint(10, 9999)  # the tank holds more than is taken out
+    elif "-{c}" in shape:
+        c = rng.randint(10, min(b - 1, 999) if "/" in shape else 999)
+    else:
+        c = rng.randint(12, 999)
+    values = {"a": a, "b": b, "c": c, "p": p}
+    expression = shape.format(**values)
+    answer = eval(expression.replace("/", "//"))  # exact: every division here has no remainder
+    return text.format(**values), expression, answer, story
 
 
 def prompt(question: str):
@@ -95,7 +114,7 @@ def tool_transcript(expression: str, answer: int):
 
 def worked(expression: str, answer: int):
     """The worked solution without a tool."""
-    shown = expression.replace("*", " * ").replace("/", " / ")
+    shown = re.sub(r"([-+*/])", r" \1 ", expression)
     return [{"role": "assistant", "content": f"{shown} = {answer}. The answer is {answer}."}]
 
 
@@ -107,13 +126,13 @@ def main() -> None:
     seen = set()
     train, held_out, sft = [], [], []
     while len(train) < 2000 or len(held_out) < 500 or len(sft) < 400:
-        question, expression, answer, phrasing = problem(rng)
+        question, expression, answer, story = problem(rng)
         if question in seen:
             continue
         seen.add(question)
         if len(held_out) < 500:
             held_out.append((question, expression, answer))
-        elif len(sft) < 400 and (phrasing is None or phrasing in SFT_PHRASINGS):
+        elif len(sft) < 400 and (story is None or story in SFT_STORIES):
             sft.append((question, expression, answer))
         elif len(train) < 2000:
             train.append((question, expression, answer))

@@ -4,7 +4,8 @@
 //! malformed JSON, a body that is not an object, or a wrongly typed field
 //! a 400 in the API's error shape, naming the field. Generation requests are read
 //! twice from one parsed body, into their own fields and the shared
-//! [`SamplingFields`] (serde's `flatten` would lose the field names).
+//! [`SamplingFields`] (serde's `flatten` would lose the field names), after
+//! the fields grpo does not implement are refused ([`crate::unsupported`]).
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -15,8 +16,11 @@ use serde_json::Value;
 
 use crate::blocking::off_thread;
 use crate::error::Error;
+use crate::protocol::chat::ChatRequest;
 use crate::protocol::common::SamplingFields;
+use crate::protocol::completions::CompletionRequest;
 use crate::state::AppState;
+use crate::unsupported::{self, Endpoint};
 
 /// A request body parsed as `T`.
 pub struct JsonBody<T>(pub T);
@@ -95,11 +99,29 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
-impl<T: DeserializeOwned> FromRequest<AppState> for WithSampling<T> {
+/// A generation request's body type, and the endpoint it is for (which
+/// decides the fields it refuses, [`crate::unsupported`]).
+pub trait GenerationBody: DeserializeOwned {
+    /// The endpoint.
+    const ENDPOINT: Endpoint;
+}
+
+impl GenerationBody for CompletionRequest {
+    const ENDPOINT: Endpoint = Endpoint::Completions;
+}
+
+impl GenerationBody for ChatRequest {
+    const ENDPOINT: Endpoint = Endpoint::Chat;
+}
+
+impl<T: GenerationBody> FromRequest<AppState> for WithSampling<T> {
     type Rejection = Error;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Error> {
         let value = object(request, state).await?;
+        if let Value::Object(body) = &value {
+            unsupported::refuse(body, T::ENDPOINT)?;
+        }
         Ok(WithSampling(parse(value.clone())?, parse(value)?))
     }
 }

@@ -27,6 +27,7 @@ pub mod protocol;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod unsupported;
 pub mod validate;
 
 use std::future::Future;

@@ -2,12 +2,14 @@
 //! code}}`, never a panic or a dropped connection, and the server keeps
 //! serving: malformed JSON, wrong types, missing fields, negative or huge
 //! values, an unknown model, an over-long prompt, an oversized body, a
-//! missing or wrong API key, an unknown route. Unknown fields are ignored.
+//! missing or wrong API key, an unknown route, a field grpo does not
+//! implement. Fields unknown to both APIs are ignored.
 
 mod common;
 
 use common::{MAX_MODEL_LEN, MODEL, TestServer, assert_error, start, status_json};
 use grpo_serving::auth::ApiKey;
+use grpo_serving::unsupported::{Endpoint, refused_fields};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-key";
@@ -95,6 +97,62 @@ async fn bad_bodies_get_400s_naming_the_field() {
     assert_eq!(status, 200, "chat_template_kwargs reach the template: {answer}");
     let (status, answer) = server.post("/detokenize", &json!({"tokens": [1, "a"]})).await;
     assert_error(status, 400, &answer);
+    still_serves(&server).await;
+    server.shutdown().await;
+}
+
+/// A value of `field` that would change the answer (not its neutral value).
+fn changing(field: &str) -> Value {
+    match field {
+        "spaces_between_special_tokens" => json!(false),
+        "use_beam_search" | "return_tokens_as_token_ids" | "add_special_tokens" | "echo" => json!(true),
+        "best_of" => json!(3),
+        "tool_choice" | "function_call" => json!("auto"),
+        "modalities" => json!(["text", "audio"]),
+        "response_format" => json!({"type": "json_object"}),
+        "logit_bias" => json!({"17": 100}),
+        "suffix" => json!(" and so on"),
+        "tools" | "functions" => json!([{"type": "function", "function": {"name": "f"}}]),
+        _ => json!(["x"]),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fields_that_would_change_the_answer_are_refused_by_name_unless_neutral() {
+    let server = server().await;
+    let completion = json!({"model": MODEL, "prompt": "hi", "max_tokens": 2});
+    let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let endpoints = [
+        ("/v1/completions", Endpoint::Completions, completion),
+        ("/v1/chat/completions", Endpoint::Chat, chat),
+    ];
+    for (route, endpoint, base) in &endpoints {
+        let fields = refused_fields(*endpoint);
+        assert!(
+            fields.contains(&"logit_bias") && fields.contains(&"guided_json"),
+            "{fields:?}"
+        );
+        for field in fields {
+            let mut body = base.clone();
+            body[field] = changing(field);
+            let (status, answer) = server.post(route, &body).await;
+            assert_error(status, 400, &answer);
+            assert_eq!(answer["error"]["param"], field, "{route} {body} → {answer}");
+            assert!(answer["error"]["message"].as_str().unwrap().contains(field), "{answer}");
+        }
+    }
+    // Neutral values, and fields of the other endpoint or of neither API, change nothing.
+    let neutral_completion = json!({"prompt": "hi", "max_tokens": 2, "logit_bias": {}, "best_of": 2, "n": 2,
+        "response_format": {"type": "text"}, "bad_words": [], "use_beam_search": false, "suffix": "",
+        "spaces_between_special_tokens": true, "guided_json": null, "tools": [{"type": "function"}],
+        "no_such_field": 1});
+    let (status, answer) = server.post("/v1/completions", &neutral_completion).await;
+    assert_eq!(status, 200, "{answer}");
+    let neutral_chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": [],
+        "tool_choice": "none", "echo": false, "add_special_tokens": false, "modalities": ["text"],
+        "parallel_tool_calls": true, "suffix": "x", "metadata": {"a": "b"}});
+    let (status, answer) = server.post("/v1/chat/completions", &neutral_chat).await;
+    assert_eq!(status, 200, "{answer}");
     still_serves(&server).await;
     server.shutdown().await;
 }

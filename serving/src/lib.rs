@@ -27,6 +27,7 @@ pub mod protocol;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod tools;
 pub mod unsupported;
 pub mod validate;
 
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 use grpo_model::chat::ChatTemplate;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::tools::ToolCallFormat;
 use grpo_rollout::engine::Engine;
 use grpo_rollout::handle::{EngineHandle, PauseMode};
 use tokio::net::TcpListener;
@@ -74,6 +76,9 @@ pub struct ServerConfig {
     pub enable_control_routes: bool,
     /// Bounds on one request and on requests at once.
     pub limits: RequestLimits,
+    /// A chat template (Jinja source) used instead of the tokenizer's,
+    /// as vLLM's `--chat-template`. Default none: the tokenizer's.
+    pub chat_template: Option<String>,
 }
 
 impl ServerConfig {
@@ -88,6 +93,7 @@ impl ServerConfig {
             shutdown_grace: Duration::from_secs(30),
             enable_control_routes: false,
             limits: RequestLimits::default(),
+            chat_template: None,
         }
     }
 
@@ -111,7 +117,9 @@ impl Server {
         tokenizer: Arc<Tokenizer>,
         config: ServerConfig,
     ) -> Result<Server> {
-        let chat_template = tokenizer.chat_template().map(ChatTemplate::new).transpose()?;
+        let source = config.chat_template.as_deref().or(tokenizer.chat_template());
+        let chat_template = source.map(ChatTemplate::new).transpose()?;
+        let tool_format = ToolCallFormat::of_template(source.unwrap_or_default());
         let model = ServedModel {
             name: config.served_model_name.clone(),
             root: config.model_root.clone(),
@@ -121,6 +129,7 @@ impl Server {
             parameters: engine.decoder().parameters().to_vec(),
             tokenizer: tokenizer.clone(),
             chat_template,
+            tool_format,
             eos_token_ids: engine.decoder().config().eos_token_ids.clone(),
         };
         let backend = EngineHandle::spawn(engine.with_tokenizer(tokenizer));

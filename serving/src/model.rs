@@ -6,6 +6,7 @@ use std::sync::Arc;
 use grpo_model::chat::{ChatMessage, ChatTemplate};
 use grpo_model::names::ParamSpec;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::tools::{Tool, ToolCallFormat};
 use grpo_rollout::output::StopReason;
 use serde_json::Value;
 
@@ -32,6 +33,8 @@ pub struct ServedModel {
     pub tokenizer: Arc<Tokenizer>,
     /// The compiled chat template, when the tokenizer has one.
     pub chat_template: Option<ChatTemplate>,
+    /// How the chat template's family writes tool calls.
+    pub tool_format: ToolCallFormat,
     /// The model's end-of-sequence tokens.
     pub eos_token_ids: Vec<u32>,
 }
@@ -93,9 +96,11 @@ impl ServedModel {
     /// Renders `messages` with the chat template. With
     /// `continue_final_message` the text ends right after the last
     /// message's content (as vLLM cuts it), for the model to continue.
+    /// `tools` on offer are refused if the template does not render them.
     pub fn render_chat(
         &self,
         messages: &[ChatMessage],
+        tools: &[Tool],
         add_generation_prompt: bool,
         continue_final_message: bool,
         template_kwargs: &serde_json::Map<String, serde_json::Value>,
@@ -112,14 +117,24 @@ impl ServedModel {
         }
         let special = self.tokenizer.special_tokens();
         let token = |id: Option<u32>| id.and_then(|i| self.tokenizer.id_to_token(i)).unwrap_or_default();
-        let text = template.render_with(
-            messages,
-            add_generation_prompt,
-            &token(special.bos),
-            &token(special.eos),
-            &[],
-            template_kwargs,
-        )?;
+        let render = |tools: &[Tool]| {
+            template.render_with(
+                messages,
+                add_generation_prompt,
+                &token(special.bos),
+                &token(special.eos),
+                tools,
+                template_kwargs,
+            )
+        };
+        let text = render(tools)?;
+        if !tools.is_empty() && text == render(&[])? {
+            return Err(Error::invalid(
+                "tools",
+                "the chat template does not render `tools`: start the server with --chat-template FILE of a \
+                 template that does (for example model/templates/chatml_tools.jinja)",
+            ));
+        }
         if !continue_final_message {
             return Ok(text);
         }

@@ -62,8 +62,13 @@ fn text_format(value: &Value, _: &Map<String, Value>) -> bool {
     value.get("type").and_then(Value::as_str) == Some("text")
 }
 
-/// `"none"`: no tool is called.
-fn no_tool(value: &Value, _: &Map<String, Value>) -> bool {
+/// `"auto"` or `"none"`: the tool choices grpo implements.
+fn auto_or_none(value: &Value, _: &Map<String, Value>) -> bool {
+    matches!(value.as_str(), Some("auto" | "none"))
+}
+
+/// `"none"`: no function is called.
+fn no_function(value: &Value, _: &Map<String, Value>) -> bool {
     value.as_str() == Some("none")
 }
 
@@ -75,7 +80,7 @@ fn text_only(value: &Value, _: &Map<String, Value>) -> bool {
 }
 
 const GUIDED: &str = "structured outputs (guided decoding) are not supported yet: leave it out";
-const TOOLS: &str = "tool calling is not supported yet: leave it out, or describe the tools in a message";
+const LEGACY: &str = "the legacy functions API is not supported: use `tools`";
 
 /// Every refused field.
 const REFUSED: &[Refused] = &[
@@ -182,34 +187,29 @@ const REFUSED: &[Refused] = &[
         hint: "suffix (fill-in-the-middle) is not supported: leave it out",
     },
     Refused {
-        field: "tools",
-        only: Some(Endpoint::Chat),
-        neutral: empty,
-        hint: TOOLS,
-    },
-    Refused {
         field: "tool_choice",
         only: Some(Endpoint::Chat),
-        neutral: no_tool,
-        hint: TOOLS,
+        neutral: auto_or_none,
+        hint: "only \"auto\" and \"none\" are supported yet: `required` and a named function need structured \
+               outputs, which are not",
     },
     Refused {
         field: "functions",
         only: Some(Endpoint::Chat),
         neutral: empty,
-        hint: TOOLS,
+        hint: LEGACY,
     },
     Refused {
         field: "function_call",
         only: Some(Endpoint::Chat),
-        neutral: no_tool,
-        hint: TOOLS,
+        neutral: no_function,
+        hint: LEGACY,
     },
     Refused {
         field: "chat_template",
         only: Some(Endpoint::Chat),
         neutral: never,
-        hint: "the served model's own chat template is used: leave it out",
+        hint: "the server's chat template is used (the tokenizer's, or `grpo serve --chat-template FILE`): leave it out",
     },
     Refused {
         field: "documents",

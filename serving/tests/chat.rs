@@ -2,11 +2,12 @@
 //! (ChatML template): the response shape, the default `max_tokens` (the
 //! rest of the context), streaming with role chunks, chat log-probs and
 //! usage; `/tokenize` of messages (and `continue_final_message`),
-//! `/detokenize`, `/v1/models`, `/health`, `/version`, `/metrics`.
+//! `/detokenize`, `/v1/models`, `/health`, `/version`, `/metrics`; a
+//! server's own chat template (`--chat-template`) replacing the tokenizer's.
 
 mod common;
 
-use common::{MAX_MODEL_LEN, MODEL, start};
+use common::{MAX_MODEL_LEN, MODEL, start, tokenizer};
 use serde_json::json;
 
 fn conversation() -> serde_json::Value {
@@ -140,5 +141,22 @@ async fn tokenize_detokenize_and_info_routes() {
         1.0
     );
     assert_eq!(server.metric("vllm:e2e_request_latency_seconds_count").await, 1.0);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configured_chat_template_replaces_the_tokenizers() {
+    let template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}\
+                    {% if add_generation_prompt %}<assistant>{% endif %}";
+    let server = start(2, |config| config.chat_template = Some(template.to_string())).await;
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (status, tokens) = server.post("/tokenize", &json!({"messages": messages})).await;
+    assert_eq!(status, 200, "{tokens}");
+    let expected = tokenizer().encode("<user>hi<assistant>", false).unwrap();
+    assert_eq!(tokens["tokens"], json!(expected));
+    let body = json!({"messages": messages, "max_tokens": 3, "temperature": 0, "return_token_ids": true});
+    let (status, answer) = server.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["prompt_token_ids"], json!(expected));
     server.shutdown().await;
 }

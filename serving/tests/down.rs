@@ -64,6 +64,7 @@ async fn a_stopped_engine_answers_503() {
         parameters: Vec::new(),
         tokenizer: Arc::new(common::tokenizer()),
         chat_template: None,
+        tool_format: grpo_model::tools::ToolCallFormat::Hermes,
         eos_token_ids: Vec::new(),
     };
     let config = ServerConfig::new(common::MODEL);

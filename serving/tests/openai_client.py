@@ -13,6 +13,8 @@ import sys
 import openai
 
 MAX_TOKENS = 4
+TOOL = {"type": "function", "function": {"name": "calculate", "description": "Evaluates arithmetic.",
+                                         "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}
 
 
 def check(name, fn):
@@ -168,6 +170,28 @@ def main():
         else:
             raise AssertionError("temperature -1 was accepted")
 
+    def unsupported_fields():
+        # Fields that would change the answer and that grpo does not implement are refused, naming the field.
+        asks = [
+            ("response_format", lambda: client.chat.completions.create(
+                model=model, messages=messages, max_tokens=MAX_TOKENS, response_format={"type": "json_object"})),
+            ("logit_bias", lambda: client.completions.create(
+                model=model, prompt=prompt, max_tokens=MAX_TOKENS, logit_bias={"17": 100})),
+            ("tool_choice", lambda: client.chat.completions.create(
+                model=model, messages=messages, max_tokens=MAX_TOKENS, tools=[TOOL], tool_choice="required")),
+            # This server's template ignores tools: refused, saying how to serve one that renders them.
+            ("--chat-template", lambda: client.chat.completions.create(
+                model=model, messages=messages, max_tokens=MAX_TOKENS, tools=[TOOL])),
+        ]
+        for field, ask in asks:
+            try:
+                ask()
+            except openai.BadRequestError as e:
+                assert e.status_code == 400, e
+                assert field in str(e), (field, e)
+            else:
+                raise AssertionError(f"{field} was accepted")
+
     for name, fn in [
         ("models.list", models),
         ("completions", completion),
@@ -180,6 +204,7 @@ def main():
         ("chat stream include_usage logprobs", chat_stream),
         ("AuthenticationError for a wrong key", wrong_key),
         ("BadRequestError for temperature -1", bad_request),
+        ("BadRequestError for fields grpo does not implement", unsupported_fields),
     ]:
         check(name, fn)
     print("all openai client checks passed", flush=True)

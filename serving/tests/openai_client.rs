@@ -2,7 +2,8 @@
 //! of the tiny fixture model with an API key on an ephemeral loopback port,
 //! and `openai_client.py` run against it (completions and chat, with and
 //! without streaming, n > 1, log-probs, seed reproducibility, include_usage,
-//! `models.list`, `AuthenticationError`, `BadRequestError`).
+//! `models.list`, `AuthenticationError`, `BadRequestError`, fields grpo
+//! does not implement refused by name).
 //!
 //! The interpreter is the test venv's (`tools/test_python.rs`): the test
 //! fails, never skips, when the client is missing.

@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// Bytes of one request's stop strings in all.
     #[arg(long, default_value_t = LIMITS.max_stop_bytes)]
     max_stop_bytes: usize,
+    /// A chat template file (Jinja) used instead of the tokenizer's, e.g.
+    /// model/templates/chatml_tools.jinja for a template that renders tools.
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
 }
 
 /// The server's default request limits (the flags' defaults).
@@ -128,6 +132,13 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     config.max_body_bytes = args.max_body_bytes;
     config.enable_control_routes = args.enable_control_routes;
     config.limits = args.limits();
+    config.chat_template = args
+        .chat_template
+        .as_ref()
+        .map(|path| {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read --chat-template {}", path.display()))
+        })
+        .transpose()?;
     if !args.host.is_loopback() && args.api_key.is_none() {
         eprintln!(
             "warning: serving on {} without --api-key: anyone who can reach this address can generate with the model",

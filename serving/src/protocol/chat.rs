@@ -27,10 +27,31 @@ pub struct ContentPart {
 /// A message of the conversation.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatMessageIn {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
     /// What it says (null is empty).
     pub content: Option<Content>,
+    /// The tools an assistant message called.
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+}
+
+/// A call of an assistant message in the history.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ToolCallIn {
+    /// `function` (the only kind).
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// The function called.
+    pub function: FunctionIn,
+}
+
+/// The function of a call in the history.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FunctionIn {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments: OpenAI's JSON text of an object, or the object.
+    pub arguments: serde_json::Value,
 }
 
 /// A chat completions request (its sampling fields are read into [`crate::protocol::common::SamplingFields`]).
@@ -57,6 +78,12 @@ pub struct ChatRequest {
     pub continue_final_message: bool,
     /// Extra variables for the chat template (e.g. `enable_thinking`).
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Tools on offer, in OpenAI's shape, rendered by the chat template.
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// `auto` (the default with tools) or `none`.
+    pub tool_choice: Option<serde_json::Value>,
+    /// Whether an answer may make several calls. Default true.
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// One token's log-prob in OpenAI's chat shape.
@@ -99,6 +126,33 @@ pub struct ChatMessageOut {
     /// The text (a stream chunk: the new text).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// The tools the answer calls (a stream chunk: the calls completed in it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+/// A tool call of an answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCallOut {
+    /// Its place among the answer's calls (stream chunks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    /// `chatcmpl-tool-…`.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The function called.
+    pub function: FunctionOut,
+}
+
+/// The function of an answer's call.
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionOut {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments as JSON text, as OpenAI sends them.
+    pub arguments: String,
 }
 
 /// One choice of a response (or of a stream chunk).
@@ -114,7 +168,7 @@ pub struct ChatChoice {
     pub delta: Option<ChatMessageOut>,
     /// Log-probs, when asked for.
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop`, `length` or `abort`; null until the sample ends.
+    /// `stop`, `length`, `tool_calls` or `abort`; null until the sample ends.
     pub finish_reason: Option<&'static str>,
     /// The stop token id or stop string that ended the sample.
     pub stop_reason: Option<serde_json::Value>,

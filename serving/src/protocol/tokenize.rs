@@ -25,6 +25,8 @@ pub struct TokenizeRequest {
     /// Chat form: extra variables for the chat template.
     #[serde(default)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Chat form: tools on offer, rendered by the chat template.
+    pub tools: Option<Vec<serde_json::Value>>,
     /// Also return each token as spelled in the vocabulary.
     #[serde(default)]
     pub return_token_strs: bool,

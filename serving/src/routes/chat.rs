@@ -2,8 +2,11 @@
 //! template (`add_generation_prompt`, `continue_final_message`), `n`
 //! samples, log-probs in the chat shape (`content[].{token, logprob, bytes,
 //! top_logprobs}`), `max_completion_tokens` (default: the rest of the
-//! context), `return_token_ids`, streaming with a role chunk per choice.
+//! context), `return_token_ids`, streaming with a role chunk per choice;
+//! tool calling (`tools`, `tool_choice` `auto`/`none`, history calls,
+//! answers' `tool_calls`, whole or as stream deltas: [`crate::tools`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -24,6 +27,7 @@ use crate::protocol::chat::{
 use crate::protocol::common::Usage;
 use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
+use crate::tools::{self, StreamedCalls, ToolCalling};
 use crate::{sse, validate};
 
 /// The messages as the chat template takes them (text parts joined).
@@ -53,7 +57,11 @@ pub fn messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>> {
                     text
                 }
             };
-            Ok(ChatMessage::new(m.role.clone(), content))
+            let message = ChatMessage::new(m.role.clone(), content);
+            match &m.tool_calls {
+                Some(calls) if !calls.is_empty() => Ok(message.with_tool_calls(tools::history_calls(calls)?)),
+                _ => Ok(message),
+            }
         })
         .collect()
 }
@@ -121,6 +129,10 @@ impl Shape {
 /// Stream chunks of a chat: a role chunk per choice, then one per token (and per finish).
 struct ChatChunker {
     shape: Shape,
+    /// How answers' tool calls are read, when the model may call tools.
+    calling: Option<ToolCalling>,
+    /// Each choice's calls so far.
+    streams: HashMap<usize, StreamedCalls>,
 }
 
 impl Chunker for ChatChunker {
@@ -130,6 +142,7 @@ impl Chunker for ChatChunker {
                 let delta = ChatMessageOut {
                     role: Some("assistant"),
                     content: Some(String::new()),
+                    tool_calls: None,
                 };
                 let choice = ChatChoice {
                     index,
@@ -151,15 +164,27 @@ impl Chunker for ChatChunker {
             return None;
         }
         let tokens = TokenView::of_update(u.update);
+        let (content, tool_calls, called) = match self.calling {
+            None => (u.delta, None, false),
+            Some(calling) => {
+                let stream = self
+                    .streams
+                    .entry(u.choice)
+                    .or_insert_with(|| StreamedCalls::new(calling));
+                let (content, calls) = stream.push(&u.delta, finished.is_some());
+                (content, (!calls.is_empty()).then_some(calls), stream.called())
+            }
+        };
         let choice = ChatChoice {
             index: u.choice,
             message: None,
             delta: Some(ChatMessageOut {
                 role: None,
-                content: Some(u.delta),
+                content: Some(content),
+                tool_calls,
             }),
             logprobs: self.shape.logprobs.then(|| logprobs(&self.shape.model, &tokens)),
-            finish_reason: finished.map(|c| c.finish_reason.as_str()),
+            finish_reason: finished.map(|c| tools::finish_reason(c.finish_reason, called)),
             stop_reason: finished.and_then(|c| self.shape.model.stop_reason(&c.stop_reason)),
             token_ids: self
                 .shape
@@ -182,12 +207,13 @@ pub async fn chat(
     state.check_model(request.model.as_deref())?;
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
+    let (offered, calling) = tools::offered(&request, model.tool_format)?;
     model.check_text_bytes("messages", messages.iter().map(|m| m.content.len()).sum())?;
     let kwargs = request.chat_template_kwargs.clone().unwrap_or_default();
     let (generation_prompt, continued) = (request.add_generation_prompt, request.continue_final_message);
     let rendering = model.clone();
     let prompt = off_thread(move || {
-        let text = rendering.render_chat(&messages, generation_prompt, continued, &kwargs)?;
+        let text = rendering.render_chat(&messages, &offered, generation_prompt, continued, &kwargs)?;
         rendering.encode(&text, false)
     })
     .await?;
@@ -227,7 +253,11 @@ pub async fn chat(
         let include_usage = sampling.include_usage();
         return Ok(sse::respond(chunks(
             merged,
-            ChatChunker { shape },
+            ChatChunker {
+                shape,
+                calling,
+                streams: HashMap::new(),
+            },
             n,
             prompt_tokens,
             include_usage,
@@ -237,19 +267,30 @@ pub async fn chat(
     let completion_tokens = done.iter().map(|(_, c)| c.tokens.len()).sum();
     let choices = done
         .into_iter()
-        .map(|(_, c)| ChatChoice {
-            index: c.index,
-            message: Some(ChatMessageOut {
-                role: Some("assistant"),
-                content: Some(c.text.clone().unwrap_or_default()),
-            }),
-            delta: None,
-            logprobs: shape
-                .logprobs
-                .then(|| logprobs(&shape.model, &TokenView::of_completion(&c))),
-            finish_reason: Some(c.finish_reason.as_str()),
-            stop_reason: shape.model.stop_reason(&c.stop_reason),
-            token_ids: shape.return_token_ids.then(|| c.tokens.clone()),
+        .map(|(_, c)| {
+            let text = c.text.clone().unwrap_or_default();
+            let (content, tool_calls) = match calling {
+                None => (Some(text), None),
+                Some(calling) => {
+                    let (content, calls) = tools::answer(&text, calling);
+                    (content, (!calls.is_empty()).then_some(calls))
+                }
+            };
+            ChatChoice {
+                index: c.index,
+                finish_reason: Some(tools::finish_reason(c.finish_reason, tool_calls.is_some())),
+                message: Some(ChatMessageOut {
+                    role: Some("assistant"),
+                    content,
+                    tool_calls,
+                }),
+                delta: None,
+                logprobs: shape
+                    .logprobs
+                    .then(|| logprobs(&shape.model, &TokenView::of_completion(&c))),
+                stop_reason: shape.model.stop_reason(&c.stop_reason),
+                token_ids: shape.return_token_ids.then(|| c.tokens.clone()),
+            }
         })
         .collect();
     let usage = Usage::new(prompt_tokens, completion_tokens);

@@ -9,6 +9,7 @@ use crate::json::JsonBody;
 use crate::protocol::tokenize::{DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse};
 use crate::routes::chat::messages;
 use crate::state::AppState;
+use crate::tools::tool_list;
 use crate::validate;
 
 /// `POST /tokenize`.
@@ -21,8 +22,10 @@ pub async fn tokenize(
     let tokens = match (&request.prompt, &request.messages) {
         (Some(prompt), None) => model.encode(prompt, request.add_special_tokens.unwrap_or(true))?,
         (None, Some(chat)) => {
+            let tools = tool_list(request.tools.as_deref())?;
             let text = model.render_chat(
                 &messages(chat)?,
+                &tools,
                 request.add_generation_prompt,
                 request.continue_final_message,
                 &request.chat_template_kwargs.clone().unwrap_or_default(),

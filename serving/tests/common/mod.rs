@@ -81,6 +81,15 @@ pub struct TestServer {
 
 /// A server of the fixture model with `max_num_seqs` slots; `configure` edits its config.
 pub async fn start(max_num_seqs: usize, configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    start_with_len(max_num_seqs, MAX_MODEL_LEN, configure).await
+}
+
+/// As [`start`], with a context of `max_model_len` tokens.
+pub async fn start_with_len(
+    max_num_seqs: usize,
+    max_model_len: usize,
+    configure: impl FnOnce(&mut ServerConfig),
+) -> TestServer {
     let client = cpu_client();
     let pretrained = Pretrained::open(model_dir().to_str().unwrap()).unwrap();
     let decoder = Decoder::new(pretrained.config.clone());
@@ -88,7 +97,7 @@ pub async fn start(max_num_seqs: usize, configure: impl FnOnce(&mut ServerConfig
     let params = upload_parameters(&client, device, &decoder, pretrained.weights.as_ref(), ElementType::F32).unwrap();
     let engine_config = EngineConfig {
         max_num_seqs,
-        max_model_len: MAX_MODEL_LEN,
+        max_model_len,
         dtype: ElementType::F32,
         ..EngineConfig::default()
     };

@@ -6,7 +6,7 @@
 //! uses), whole or as stream deltas. A call the parser cannot use stays in
 //! the answer's text, as vLLM's parsers leave it.
 
-use grpo_model::tools::{Tool, ToolCall, ToolCallEvent, ToolCallFormat, ToolCallParser, parse_tool_calls};
+use grpo_model::tools::{Tool, ToolCall, ToolCallEvent, ToolCallFormat, ToolCallParser};
 use grpo_rollout::output::FinishReason;
 use serde_json::Value;
 
@@ -35,7 +35,7 @@ impl ToolCalling {
 /// The request's tools and, when the model may call them, how to read its
 /// calls (written in `format`, the chat template family's).
 pub fn offered(request: &ChatRequest, format: ToolCallFormat) -> Result<(Vec<Tool>, Option<ToolCalling>)> {
-    let tools = tool_list(request.tools.as_deref())?;
+    let tools = tool_list(request.tools.as_ref())?;
     // `unsupported` refused every choice but these two.
     let auto = matches!(
         request.tool_choice.as_ref().and_then(Value::as_str),
@@ -47,11 +47,10 @@ pub fn offered(request: &ChatRequest, format: ToolCallFormat) -> Result<(Vec<Too
 }
 
 /// A request's `tools`, in OpenAI's shape (none when absent).
-pub fn tool_list(tools: Option<&[Value]>) -> Result<Vec<Tool>> {
-    match tools {
-        None => Ok(Vec::new()),
-        Some(list) => Tool::list_from_json(&Value::Array(list.to_vec())).map_err(|e| Error::invalid("tools", e)),
-    }
+pub fn tool_list(tools: Option<&Value>) -> Result<Vec<Tool>> {
+    tools.map_or(Ok(Vec::new()), |list| {
+        Tool::list_from_json(list).map_err(|e| Error::invalid("tools", e))
+    })
 }
 
 /// The calls of an assistant message in the history; `arguments` may be
@@ -103,20 +102,19 @@ pub fn finish_reason(reason: FinishReason, called: bool) -> &'static str {
     }
 }
 
-/// A whole answer's text and calls: the text outside the calls (`None`
-/// when empty and there are calls) and the calls.
+/// A whole answer's text and calls, read as one stream piece: the text
+/// outside the calls, trimmed (`None` when empty), and the calls; with no
+/// call, the text as the model wrote it.
 pub fn answer(text: &str, calling: ToolCalling) -> (Option<String>, Vec<ToolCallOut>) {
-    let turn = parse_tool_calls(text, calling.format);
-    let mut calls: Vec<ToolCallOut> = turn.well_formed().into_iter().map(|c| call_out(c, None)).collect();
+    let (content, mut calls) = StreamedCalls::new(calling).push(text, true);
     if calls.is_empty() {
-        // No call: the text as the model wrote it.
         return (Some(text.to_string()), calls);
     }
-    if !calling.parallel {
-        calls.truncate(1);
+    for call in &mut calls {
+        call.index = None; // an index belongs to stream deltas only
     }
-    let content = (!turn.content.is_empty()).then_some(turn.content);
-    (content, calls)
+    let content = content.trim();
+    ((!content.is_empty()).then(|| content.to_string()), calls)
 }
 
 /// One streamed answer's calls, read as its text arrives.

@@ -79,7 +79,7 @@ pub struct ChatRequest {
     /// Extra variables for the chat template (e.g. `enable_thinking`).
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Tools on offer, in OpenAI's shape, rendered by the chat template.
-    pub tools: Option<Vec<serde_json::Value>>,
+    pub tools: Option<serde_json::Value>,
     /// `auto` (the default with tools) or `none`.
     pub tool_choice: Option<serde_json::Value>,
     /// Whether an answer may make several calls. Default true.

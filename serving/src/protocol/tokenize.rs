@@ -26,7 +26,7 @@ pub struct TokenizeRequest {
     #[serde(default)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Chat form: tools on offer, rendered by the chat template.
-    pub tools: Option<Vec<serde_json::Value>>,
+    pub tools: Option<serde_json::Value>,
     /// Also return each token as spelled in the vocabulary.
     #[serde(default)]
     pub return_token_strs: bool,

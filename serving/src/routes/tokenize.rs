@@ -22,7 +22,7 @@ pub async fn tokenize(
     let tokens = match (&request.prompt, &request.messages) {
         (Some(prompt), None) => model.encode(prompt, request.add_special_tokens.unwrap_or(true))?,
         (None, Some(chat)) => {
-            let tools = tool_list(request.tools.as_deref())?;
+            let tools = tool_list(request.tools.as_ref())?;
             let text = model.render_chat(
                 &messages(chat)?,
                 &tools,

@@ -3,7 +3,8 @@
 # official `openai` client (serving tests, the serving benchmark),
 # pandas + pyarrow (the rollout log is read as a Parquet dataset), and
 # PyYAML + kubernetes-validate (deploy/test_deploy.py checks the Kubernetes
-# manifests against the official schemas, offline) — and prints its
+# manifests against the official schemas, offline), jsonschema (structured
+# outputs are validated against their schemas) — and prints its
 # interpreter's path on stdout (progress goes to stderr):
 #
 #   PY=$(tools/test-venv.sh)
@@ -14,7 +15,7 @@
 # makes a second run a no-op; a failed install exits non-zero.
 set -euo pipefail
 
-TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1 pyyaml==6.0.3 kubernetes-validate==1.37.0)
+TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1 pyyaml==6.0.3 kubernetes-validate==1.37.0 jsonschema==4.26.0)
 
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
 VENV=$CACHE/test-venv

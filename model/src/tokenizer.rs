@@ -167,6 +167,13 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The pipeline as the text of a `tokenizer.json`.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| Error::Tokenizer(format!("serializing the tokenizer: {e}")))
+    }
+
     /// The number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)

@@ -38,12 +38,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 
 use crate::error::{Error, Result};
+use crate::guided::{Grammars, GuidedSample};
 use crate::host_weights::ParameterValues;
 use crate::inputs::{RowInputs, TokenInputs};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
@@ -125,6 +127,10 @@ pub struct EngineStats {
     pub evicted_sequences: u64,
     /// Tokens generated so far.
     pub generated_tokens: u64,
+    /// Of those, the tokens drawn under a guide's mask.
+    pub guided_tokens: u64,
+    /// Time spent computing guides' masks on the host, in microseconds.
+    pub guide_mask_micros: u64,
 }
 
 impl EngineStats {
@@ -144,6 +150,8 @@ pub(crate) struct Sequence {
     pub(crate) tokens: Vec<Token>,
     /// The text, when the engine has a tokenizer.
     pub(crate) text: Option<SampleText>,
+    /// Its place in its request's grammar, when the request is guided.
+    pub(crate) guide: Option<GuidedSample>,
     /// Whether every key and value in its slot comes from the current
     /// weights (false once they change under it): only then is it kept.
     pub(crate) current: bool,
@@ -200,6 +208,8 @@ pub(crate) struct Held {
     pub(crate) stop_tokens: Vec<u32>,
     /// Samples not yet finished.
     pub(crate) unfinished: usize,
+    /// The request's guide, compiled; each sample starts from a fork of it.
+    pub(crate) guide: Option<GuidedSample>,
 }
 
 /// The engine: weights, cache and compiled programs on one device.
@@ -221,6 +231,8 @@ pub struct Engine {
     /// Updates made outside a step (aborts), returned by the next step.
     pending: Vec<SampleUpdate>,
     tokenizer: Option<Arc<Tokenizer>>,
+    /// The guide compiler, made on the first guided request.
+    grammars: Option<Grammars>,
     counters: Counters,
 }
 
@@ -233,6 +245,8 @@ struct Counters {
     copied_prompt_tokens: u64,
     evicted_sequences: u64,
     generated_tokens: u64,
+    guided_tokens: u64,
+    guide_mask_micros: u64,
 }
 
 impl Engine {
@@ -286,6 +300,7 @@ impl Engine {
             next_id: 0,
             pending: Vec::new(),
             tokenizer: None,
+            grammars: None,
             counters: Counters::default(),
         })
     }
@@ -332,6 +347,8 @@ impl Engine {
             copied_prompt_tokens: self.counters.copied_prompt_tokens,
             evicted_sequences: self.counters.evicted_sequences,
             generated_tokens: self.counters.generated_tokens,
+            guided_tokens: self.counters.guided_tokens,
+            guide_mask_micros: self.counters.guide_mask_micros,
         }
     }
 
@@ -355,6 +372,10 @@ impl Engine {
         request
             .check(&self.limits())
             .map_err(|message| Error::InvalidRequest { message })?;
+        let guide = match &request.params.guide {
+            Some(guide) => Some(self.grammars()?.compile(guide)?),
+            None => None,
+        };
         let p = &request.params;
         let mut stop_tokens = p.stop_token_ids.clone();
         if !p.ignore_eos {
@@ -369,10 +390,23 @@ impl Engine {
                 request,
                 stop_tokens,
                 unfinished,
+                guide,
             },
         );
         self.queue.push_back(id);
         Ok(id)
+    }
+
+    /// The guide compiler, made the first time (the checks made sure of a tokenizer).
+    fn grammars(&mut self) -> Result<&Grammars> {
+        if self.grammars.is_none() {
+            let tokenizer = self.tokenizer.clone().ok_or_else(|| Error::InvalidRequest {
+                message: "structured outputs need an engine with a tokenizer".to_string(),
+            })?;
+            let config = self.decoder().config();
+            self.grammars = Some(Grammars::new(tokenizer, config.vocab_size, &config.eos_token_ids)?);
+        }
+        Ok(self.grammars.as_ref().expect("made above"))
     }
 
     /// Ends a request now: its waiting or running samples finish with
@@ -401,6 +435,7 @@ impl Engine {
                     next_input: 0,
                     tokens: Vec::new(),
                     text: None,
+                    guide: None,
                     current: false,
                 };
                 self.pending.push(finished(empty, FinishReason::Abort, None));
@@ -817,6 +852,7 @@ impl Engine {
                     Some(tokenizer) => Some(SampleText::new(tokenizer, &request.prompt, &request.params)?),
                     None => None,
                 };
+                let held = &self.held[&a.id];
                 self.slots[slot] = Some(Sequence {
                     request: a.id,
                     index,
@@ -824,6 +860,7 @@ impl Engine {
                     next_input: request.prompt[len - 1],
                     tokens: Vec::new(),
                     text,
+                    guide: held.guide.as_ref().map(GuidedSample::fork),
                     current: true,
                 });
             }
@@ -831,9 +868,61 @@ impl Engine {
         Ok(())
     }
 
+    /// Per slot, the bitmask words of the tokens its guided sample may
+    /// draw next (none for unguided slots). A sample whose grammar fails
+    /// ends here, aborted.
+    fn guide_masks(&mut self) -> Vec<Option<Vec<u32>>> {
+        let words = Grammars::words(self.decoder().config().vocab_size);
+        let started = Instant::now();
+        let mut masks = vec![None; self.slots.len()];
+        let mut failed = Vec::new();
+        for (row, slot) in self.slots.iter_mut().enumerate() {
+            let Some(guide) = slot.as_mut().and_then(|s| s.guide.as_mut()) else {
+                continue;
+            };
+            let mut mask = vec![0; words];
+            match guide.allowed(&mut mask) {
+                Ok(()) => masks[row] = Some(mask),
+                Err(_) => failed.push(row),
+            }
+        }
+        self.counters.guide_mask_micros += started.elapsed().as_micros() as u64;
+        for row in failed {
+            let update = self.end_sample(row, FinishReason::Abort, None);
+            self.pending.push(update);
+        }
+        masks
+    }
+
+    /// Takes the sample out of slot `row` as finished for `reason`: its slot
+    /// keeps its tokens (when they are current), and its request is done
+    /// with its last sample.
+    fn end_sample(&mut self, row: usize, reason: FinishReason, stop: Option<StopReason>) -> SampleUpdate {
+        let sequence = self.slots[row].take().expect("running");
+        if sequence.current && (self.config.continue_sequences || self.config.share_prefixes) {
+            let prompt = &self.held[&sequence.request].request.prompt;
+            let tokens = prompt
+                .iter()
+                .copied()
+                .chain(sequence.tokens.iter().map(|t| t.id))
+                .collect();
+            self.kept[row] = Some(Kept { tokens });
+        }
+        let update = finished(sequence, reason, stop);
+        let held = self.held.get_mut(&update.request).expect("running request");
+        held.unfinished -= 1;
+        if held.unfinished == 0 {
+            self.held.remove(&update.request);
+        }
+        update
+    }
+
     /// One decode step for every running sample.
     fn decode(&mut self) -> Result<()> {
-        let top_slot = self.slots.iter().rposition(Option::is_some).expect("a running sample");
+        let masks = self.guide_masks();
+        let Some(top_slot) = self.slots.iter().rposition(Option::is_some) else {
+            return Ok(());
+        };
         let longest = self.slots.iter().flatten().map(|s| s.position() + 1).max().unwrap_or(1);
         let (rows, window) = self.programs.decode_bucket(top_slot, longest);
         let wants_top = self
@@ -841,7 +930,12 @@ impl Engine {
             .iter()
             .flatten()
             .any(|s| self.held[&s.request].request.params.logprobs.is_some());
-        let inputs = RowInputs::new(&self.slots, rows, &self.held).upload(&self.client, &self.device)?;
+        let guided = masks.iter().any(Option::is_some);
+        let mut inputs = RowInputs::new(&self.slots, rows, &self.held);
+        if guided {
+            inputs.allow(&masks, Grammars::words(self.decoder().config().vocab_size));
+        }
+        let inputs = inputs.upload(&self.client, &self.device)?;
         let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
         args.extend(inputs.iter().map(Arg::Borrow));
         let layers = self.state.len() - 3;
@@ -862,6 +956,7 @@ impl Engine {
             window,
             sampler,
             top: wants_top,
+            guided,
         };
         let mut out = self.programs.get(key)?.execute_args(&args)?;
         let results = if wants_top { 4 } else { 2 };
@@ -901,7 +996,7 @@ impl Engine {
                 Some(t) => t.push(token.id)?,
                 None => (String::new(), None),
             };
-            let finish = if held.stop_tokens.contains(&token.id) {
+            let mut finish = if held.stop_tokens.contains(&token.id) {
                 Some((FinishReason::Stop, Some(StopReason::Token(token.id))))
             } else if let Some(stop) = stop_string {
                 Some((FinishReason::Stop, Some(StopReason::String(stop))))
@@ -910,6 +1005,13 @@ impl Engine {
             } else {
                 None
             };
+            if let Some(guide) = sequence.guide.as_mut() {
+                self.counters.guided_tokens += 1;
+                // The mask allowed only what the grammar takes: a refusal means it failed.
+                if finish.is_none() && guide.advance(token.id).is_err() {
+                    finish = Some((FinishReason::Abort, None));
+                }
+            }
             if let (Some((_, None | Some(StopReason::Token(_)))), Some(t)) = (&finish, sequence.text.as_mut()) {
                 text.push_str(&t.finish()?);
             }
@@ -921,22 +1023,7 @@ impl Engine {
                 finished: None,
             };
             if let Some((reason, stop)) = finish {
-                let sequence = self.slots[row].take().expect("running");
-                if sequence.current && (self.config.continue_sequences || self.config.share_prefixes) {
-                    let prompt = &self.held[&sequence.request].request.prompt;
-                    let tokens = prompt
-                        .iter()
-                        .copied()
-                        .chain(sequence.tokens.iter().map(|t| t.id))
-                        .collect();
-                    self.kept[row] = Some(Kept { tokens });
-                }
-                update.finished = finished(sequence, reason, stop).finished;
-                let held = self.held.get_mut(&update.request).expect("running request");
-                held.unfinished -= 1;
-                if held.unfinished == 0 {
-                    self.held.remove(&update.request);
-                }
+                update.finished = self.end_sample(row, reason, stop).finished;
             }
             self.pending.push(update);
         }

@@ -27,6 +27,9 @@ pub(crate) struct RowInputs {
     seed: Vec<u32>,
     step: Vec<u32>,
     processed_logprobs: Vec<f32>,
+    /// The guided decode program's bitmask words, `[rows, words]` (all
+    /// ones on unguided and idle rows).
+    allowed: Option<(Vec<u32>, usize)>,
 }
 
 impl RowInputs {
@@ -46,6 +49,7 @@ impl RowInputs {
             seed: Vec::new(),
             step: Vec::new(),
             processed_logprobs: Vec::new(),
+            allowed: None,
         };
         let idle = crate::request::SamplingParams {
             temperature: 0.0,
@@ -73,11 +77,24 @@ impl RowInputs {
         r
     }
 
+    /// Gives the rows the bitmasks of the guided decode program: `masks`
+    /// per slot, of `words` words each (a row without one allows every token).
+    pub fn allow(&mut self, masks: &[Option<Vec<u32>>], words: usize) {
+        let rows = self.ids.len();
+        let mut allowed = vec![u32::MAX; rows * words];
+        for (row, mask) in masks.iter().enumerate().take(rows) {
+            if let Some(mask) = mask {
+                allowed[row * words..(row + 1) * words].copy_from_slice(mask);
+            }
+        }
+        self.allowed = Some((allowed, words));
+    }
+
     /// The buffers in the decode program's order.
     pub fn upload(&self, client: &Client, device: &Device) -> Result<Vec<Buffer>> {
         let b = self.ids.len() as i64;
         let (column, vector) = ([b, 1], [b]);
-        Ok(vec![
+        let mut buffers = vec![
             upload(client, device, &self.ids, &column)?,
             upload(client, device, &self.positions, &column)?,
             upload(client, device, &self.repetition, &vector)?,
@@ -91,7 +108,11 @@ impl RowInputs {
             upload(client, device, &self.seed, &vector)?,
             upload(client, device, &self.step, &vector)?,
             upload(client, device, &self.processed_logprobs, &vector)?,
-        ])
+        ];
+        if let Some((allowed, words)) = &self.allowed {
+            buffers.push(upload(client, device, allowed, &[b, *words as i64])?);
+        }
+        Ok(buffers)
     }
 }
 

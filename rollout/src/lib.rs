@@ -7,6 +7,8 @@
 //! - [`sampling`]: the traced token sampler (penalties, greedy,
 //!   temperature, top-k, top-p, min-p, per-request seeds) returning each
 //!   token's log-prob under the unmodified policy.
+//! - [`guided`]: guided decoding (JSON schema, regex, choice, Lark
+//!   grammar) with llguidance: per-sample token masks.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
 //!   the device, one prefill per group, aborts, live weight updates.
 //! - [`host_weights`]: new parameter values on the host (f32, or bf16 for a
@@ -24,6 +26,7 @@
 pub mod detokenize;
 pub mod engine;
 mod error;
+pub mod guided;
 pub mod handle;
 pub mod host_weights;
 mod inputs;

@@ -24,7 +24,8 @@
 //!   from one prefill, and a prompt from a prefix another slot holds.
 //! - **decode** (buckets: rows `B` and attention window `W`, powers of two;
 //!   the cheapest [`SamplerKind`] the rows need; with or without top
-//!   log-probs): one token for each of slots `0..B`
+//!   log-probs; with or without the rows' allowed-token bitmasks, present
+//!   only while a guided sample runs): one token for each of slots `0..B`
 //!   (position −1 = idle row, writes nothing), sampled with the rows'
 //!   settings; returns tokens, raw log-probs (and the top-k), and adds each
 //!   token to its slot's counts.
@@ -37,7 +38,7 @@ use grpo_xla::{Buffer, Client, CompileOptions, Device, ElementType, Executable, 
 
 use crate::error::Result;
 use crate::request::MAX_TOP_LOGPROBS;
-use crate::sampling::{SamplerKind, SamplingInputs, TokenHistory, sample, top_logprobs};
+use crate::sampling::{SamplerKind, SamplingInputs, TokenHistory, sample, top_logprobs, unpack_allowed};
 
 /// The smallest prefill bucket (prompt tokens).
 const MIN_PREFILL: usize = 8;
@@ -59,12 +60,14 @@ pub(crate) enum ProgramKey {
     /// Fork of the first `tokens` cache positions.
     Fork { tokens: usize },
     /// Decode of slots `0..rows` attending within `window` positions, with
-    /// this sampler and with or without top log-probs.
+    /// this sampler, with or without top log-probs, and with or without
+    /// allowed-token bitmasks (guided rows).
     Decode {
         rows: usize,
         window: usize,
         sampler: SamplerKind,
         top: bool,
+        guided: bool,
     },
 }
 
@@ -188,7 +191,8 @@ impl Programs {
                     window,
                     sampler,
                     top,
-                } => self.decode(rows as i64, window as i64, sampler, top)?,
+                    guided,
+                } => self.decode(rows as i64, window as i64, sampler, top, guided)?,
             };
             self.compiled.insert(key, program);
         }
@@ -289,15 +293,27 @@ impl Programs {
         Ok(function.compile_with(&self.client, &self.options)?)
     }
 
-    /// `(params, ids [B,1], positions [B,1], sampling inputs, state) →
-    /// (tokens, log-probs, [top ids, top log-probs], cache, counts)`.
-    fn decode(&self, b: i64, window: i64, sampler: SamplerKind, top: bool) -> Result<Executable> {
+    /// `(params, ids [B,1], positions [B,1], sampling inputs, [allowed
+    /// words [B, ⌈V/32⌉] u32], state) → (tokens, log-probs, [top ids, top
+    /// log-probs], cache, counts)`.
+    fn decode(&self, b: i64, window: i64, sampler: SamplerKind, top: bool, guided: bool) -> Result<Executable> {
         let top_name = if top { "_top" } else { "" };
-        let graph = Graph::new(&format!("engine_decode_{b}x{window}_{sampler:?}{top_name}"));
+        let guided_name = if guided { "_guided" } else { "" };
+        let graph = Graph::new(&format!(
+            "engine_decode_{b}x{window}_{sampler:?}{top_name}{guided_name}"
+        ));
         let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
         let ids = graph.parameter(ElementType::S32, &[b, 1])?;
         let positions = graph.parameter(ElementType::S32, &[b, 1])?;
-        let settings = SamplingInputs::parameters(&graph, b)?;
+        let mut settings = SamplingInputs::parameters(&graph, b)?;
+        let words = crate::guided::Grammars::words(self.vocab() as usize) as i64;
+        let allowed = if guided {
+            let words = graph.parameter(ElementType::U32, &[b, words])?;
+            settings.push(words.clone());
+            Some(unpack_allowed(&words, self.vocab())?)
+        } else {
+            None
+        };
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
         let (logits, cache) = self
@@ -311,7 +327,8 @@ impl Programs {
             in_prompt: &rows(&state[layers + 1])?,
             stop_tokens: &rows(&state[layers + 2])?,
         };
-        let (tokens, scored) = sample(&logits, &SamplingInputs::from_tensors(&settings), &history, sampler)?;
+        let inputs = SamplingInputs::from_tensors(&settings);
+        let (tokens, scored) = sample(&logits, &inputs, &history, sampler, allowed.as_ref())?;
         let logprobs = scored.gathered_log_probs(&tokens)?;
         // Each busy row counts its new token.
         let vocab = graph.iota(ElementType::S32, &[b, self.vocab()], 1)?;

@@ -1,6 +1,8 @@
 //! What a caller asks the engine for — a prompt, how many samples and how
 //! to sample them — and the checks that refuse what the engine cannot serve.
 
+use crate::guided::Guide;
+
 /// Most top log-probs a token can carry ([`SamplingParams::logprobs`]), as vLLM's default `max_logprobs`.
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
@@ -49,6 +51,10 @@ pub struct SamplingParams {
     /// Which distribution the returned log-probs are taken from. Default
     /// [`LogprobsMode::Raw`].
     pub logprobs_mode: LogprobsMode,
+    /// What the text must be (guided decoding); needs an engine with a
+    /// tokenizer. The log-probs stay those of the distribution before the
+    /// grammar's mask (see [`LogprobsMode`]). Default none.
+    pub guide: Option<Guide>,
 }
 
 /// Which distribution a sample's log-probs (each token's and the top
@@ -87,6 +93,7 @@ impl Default for SamplingParams {
             logprobs: None,
             skip_special_tokens: true,
             logprobs_mode: LogprobsMode::Raw,
+            guide: None,
         }
     }
 }
@@ -202,6 +209,20 @@ impl Request {
         }
         if p.stop.iter().any(String::is_empty) {
             return Err("a stop string is empty".to_string());
+        }
+        if p.guide.is_some() {
+            if !limits.has_tokenizer {
+                return Err("structured outputs need an engine with a tokenizer".to_string());
+            }
+            if p.ignore_eos {
+                return Err("ignore_eos cannot be combined with a structured output, which ends with EOS".to_string());
+            }
+            if p.min_tokens > 0 {
+                return Err(
+                    "min_tokens cannot be combined with a structured output: its grammar decides where the answer ends"
+                        .to_string(),
+                );
+            }
         }
         Ok(())
     }

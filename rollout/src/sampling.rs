@@ -21,6 +21,10 @@
 //!   vocabulary order and skip the sort (the same distribution, and the
 //!   same token whichever [`SamplerKind`] the program has).
 //!
+//! A guided row (see [`crate::guided`]) draws from `z` with its grammar's
+//! disallowed tokens at `−∞`; its log-probs are still read from the
+//! unmasked logits, as a learner scoring the policy reads them.
+//!
 //! The uniform comes from a counter-based hash of (seed, step), so a
 //! request's draws do not depend on what else shares its batch (given the
 //! same logits: those can differ in the last bits between batch shapes,
@@ -156,24 +160,43 @@ impl SamplerKind {
     }
 }
 
+/// The tokens each row may draw (pred `[B, vocab]`) from bitmask words
+/// (u32 `[B, W]`, token `t` at bit `t % 32` of word `t / 32`).
+pub fn unpack_allowed(words: &Tensor, vocab: i64) -> Result<Tensor> {
+    let (b, w) = (words.dims()[0], words.dims()[1]);
+    let bit = words.graph().iota(ElementType::U32, &[b, w, 32], 2)?;
+    let spread = words.broadcast_in_dim(&[b, w, 32], &[0, 1])?;
+    let one = bit.ones_like()?;
+    let set = spread.shift_right_logical(&bit)?.and(&one)?.eq(&one)?;
+    set.reshape(&[b, w * 32])?.slice_axis(1, 0, vocab)
+}
+
 /// The sampled tokens (s32 `[B]`), for rows that `kind` serves, and the
 /// logits their log-probs are read from (f32 `[B, V]`: raw, or penalized
-/// and tempered for rows asking for processed log-probs).
+/// and tempered for rows asking for processed log-probs). With `allowed`
+/// (pred `[B, V]`), each row draws only among its allowed tokens; the
+/// returned logits are not masked.
 pub fn sample(
     logits: &Tensor,
     inputs: &SamplingInputs<'_>,
     history: &TokenHistory<'_>,
     kind: SamplerKind,
+    allowed: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor)> {
     let b = logits.dims()[0];
     let raw = logits.convert(ElementType::F32)?;
-    let z = penalized(&raw, inputs, history)?;
-    let argmax = z.argmax(1, ElementType::S32)?;
+    let penalized = penalized(&raw, inputs, history)?;
     let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
     let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
-    let tempered = z.div(&safe_t.reshape(&[b, 1])?)?;
+    let safe_t = safe_t.reshape(&[b, 1])?;
     let processed = inputs.processed_logprobs.gt(&inputs.processed_logprobs.zeros_like()?)?;
-    let scored = processed.reshape(&[b, 1])?.select(&tempered, &raw)?;
+    let scored = processed.reshape(&[b, 1])?.select(&penalized.div(&safe_t)?, &raw)?;
+    let z = match allowed {
+        Some(allowed) => allowed.select(&penalized, &penalized.full_like(f64::NEG_INFINITY)?)?,
+        None => penalized,
+    };
+    let argmax = z.argmax(1, ElementType::S32)?;
+    let tempered = z.div(&safe_t)?;
     let tokens = if kind == SamplerKind::Greedy {
         argmax
     } else {

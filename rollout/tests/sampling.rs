@@ -26,7 +26,7 @@ fn program(client: &Client, b: i64, kind: SamplerKind) -> Executable {
         in_prompt: &h[1],
         stop_tokens: &h[2],
     };
-    let (tokens, scored) = sample(&logits, &inputs, &history, kind).unwrap();
+    let (tokens, scored) = sample(&logits, &inputs, &history, kind, None).unwrap();
     let log_probs = scored.gathered_log_probs(&tokens).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }

@@ -27,6 +27,7 @@ pub mod protocol;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod structured;
 pub mod tools;
 pub mod unsupported;
 pub mod validate;

@@ -1,12 +1,15 @@
 //! Tool calling in chat completions, as OpenAI and vLLM define it: the
 //! request's `tools` (rendered by the chat template), `tool_choice` (`auto`,
-//! the default with tools, or `none`) and `parallel_tool_calls`; the calls of
+//! the default with tools; `none`; `required` or a named function, whose
+//! answers are guided to well-formed calls, see
+//! [`grpo_rollout::guided::Guide::tool_calls`]) and `parallel_tool_calls`; the calls of
 //! assistant messages in the history; and the calls parsed from an answer
 //! with the template family's parser (`grpo_model::tools`, the one `grpo run`
 //! uses), whole or as stream deltas. A call the parser cannot use stays in
 //! the answer's text, as vLLM's parsers leave it.
 
 use grpo_model::tools::{Tool, ToolCall, ToolCallEvent, ToolCallFormat, ToolCallParser};
+use grpo_rollout::guided::Guide;
 use grpo_rollout::output::FinishReason;
 use serde_json::Value;
 
@@ -32,18 +35,55 @@ impl ToolCalling {
     }
 }
 
-/// The request's tools and, when the model may call them, how to read its
-/// calls (written in `format`, the chat template family's).
-pub fn offered(request: &ChatRequest, format: ToolCallFormat) -> Result<(Vec<Tool>, Option<ToolCalling>)> {
+/// What a request offers the model: its tools, how to read its calls
+/// (when it may call them) and the guide that makes the answer calls.
+#[derive(Debug)]
+pub struct Offer {
+    /// The tools, rendered by the chat template.
+    pub tools: Vec<Tool>,
+    /// How the answer's calls are read; none with `tool_choice` `none` or no tools.
+    pub calling: Option<ToolCalling>,
+    /// With `tool_choice` `required` or a named function: an answer of
+    /// well-formed calls (of any tool, or of the named one) only.
+    pub guide: Option<Guide>,
+}
+
+/// What the request offers, its calls written in `format` (the chat
+/// template family's).
+pub fn offered(request: &ChatRequest, format: ToolCallFormat) -> Result<Offer> {
     let tools = tool_list(request.tools.as_ref())?;
-    // `unsupported` refused every choice but these two.
-    let auto = matches!(
-        request.tool_choice.as_ref().and_then(Value::as_str),
-        None | Some("auto")
-    );
     let parallel = request.parallel_tool_calls.unwrap_or(true);
-    let calling = (auto && !tools.is_empty()).then(|| ToolCalling::new(format, parallel));
-    Ok((tools, calling))
+    let calling = ToolCalling::new(format, parallel);
+    let bad = |what: String| Error::invalid("tool_choice", format!("tool_choice: {what}"));
+    let forced = |called: &[Tool]| Guide::tool_calls(format, called, parallel).map_err(&bad);
+    let (calling, guide) = match &request.tool_choice {
+        None | Some(Value::Null) => ((!tools.is_empty()).then_some(calling), None),
+        Some(Value::String(choice)) => match choice.as_str() {
+            "none" => (None, None),
+            "auto" => ((!tools.is_empty()).then_some(calling), None),
+            "required" if tools.is_empty() => return Err(bad("\"required\" needs `tools`".into())),
+            "required" => (Some(calling), Some(forced(&tools)?)),
+            other => return Err(bad(format!("{other:?} is not one of \"none\", \"auto\", \"required\""))),
+        },
+        Some(named) => {
+            let name = named
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .filter(|_| {
+                    named
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .is_none_or(|t| t == "function")
+                })
+                .ok_or_else(|| bad("a named choice is {\"type\": \"function\", \"function\": {\"name\": …}}".into()))?;
+            let Some(tool) = tools.iter().find(|t| t.name == name) else {
+                return Err(bad(format!("there is no tool named `{name}` in `tools`")));
+            };
+            (Some(calling), Some(forced(std::slice::from_ref(tool))?))
+        }
+    };
+    Ok(Offer { tools, calling, guide })
 }
 
 /// A request's `tools`, in OpenAI's shape (none when absent).

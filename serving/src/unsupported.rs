@@ -57,16 +57,6 @@ fn best_of_n(value: &Value, body: &Map<String, Value>) -> bool {
     value.as_i64() == Some(n)
 }
 
-/// `{"type": "text"}` is the default free-text answer.
-fn text_format(value: &Value, _: &Map<String, Value>) -> bool {
-    value.get("type").and_then(Value::as_str) == Some("text")
-}
-
-/// `"auto"` or `"none"`: the tool choices grpo implements.
-fn auto_or_none(value: &Value, _: &Map<String, Value>) -> bool {
-    matches!(value.as_str(), Some("auto" | "none"))
-}
-
 /// `"none"`: no function is called.
 fn no_function(value: &Value, _: &Map<String, Value>) -> bool {
     value.as_str() == Some("none")
@@ -79,7 +69,6 @@ fn text_only(value: &Value, _: &Map<String, Value>) -> bool {
         .is_some_and(|kinds| kinds.iter().all(|k| k.as_str() == Some("text")))
 }
 
-const GUIDED: &str = "structured outputs (guided decoding) are not supported yet: leave it out";
 const LEGACY: &str = "the legacy functions API is not supported: use `tools`";
 
 /// Every refused field.
@@ -103,40 +92,10 @@ const REFUSED: &[Refused] = &[
         hint: "beam search is not supported: leave it out",
     },
     Refused {
-        field: "response_format",
-        only: None,
-        neutral: text_format,
-        hint: "only {\"type\": \"text\"} is supported yet; structured outputs are not",
-    },
-    Refused {
-        field: "guided_json",
+        field: "guided_whitespace_pattern",
         only: None,
         neutral: never,
-        hint: GUIDED,
-    },
-    Refused {
-        field: "guided_regex",
-        only: None,
-        neutral: never,
-        hint: GUIDED,
-    },
-    Refused {
-        field: "guided_choice",
-        only: None,
-        neutral: never,
-        hint: GUIDED,
-    },
-    Refused {
-        field: "guided_grammar",
-        only: None,
-        neutral: never,
-        hint: GUIDED,
-    },
-    Refused {
-        field: "structured_outputs",
-        only: None,
-        neutral: never,
-        hint: GUIDED,
+        hint: "structured outputs write JSON compactly; a whitespace pattern is not supported: leave it out",
     },
     Refused {
         field: "allowed_token_ids",
@@ -185,13 +144,6 @@ const REFUSED: &[Refused] = &[
         only: Some(Endpoint::Completions),
         neutral: empty,
         hint: "suffix (fill-in-the-middle) is not supported: leave it out",
-    },
-    Refused {
-        field: "tool_choice",
-        only: Some(Endpoint::Chat),
-        neutral: auto_or_none,
-        hint: "only \"auto\" and \"none\" are supported yet: `required` and a named function need structured \
-               outputs, which are not",
     },
     Refused {
         field: "functions",

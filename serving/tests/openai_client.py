@@ -173,12 +173,10 @@ def main():
     def unsupported_fields():
         # Fields that would change the answer and that grpo does not implement are refused, naming the field.
         asks = [
-            ("response_format", lambda: client.chat.completions.create(
-                model=model, messages=messages, max_tokens=MAX_TOKENS, response_format={"type": "json_object"})),
+            ("best_of", lambda: client.completions.create(
+                model=model, prompt=prompt, max_tokens=MAX_TOKENS, best_of=3)),
             ("logit_bias", lambda: client.completions.create(
                 model=model, prompt=prompt, max_tokens=MAX_TOKENS, logit_bias={"17": 100})),
-            ("tool_choice", lambda: client.chat.completions.create(
-                model=model, messages=messages, max_tokens=MAX_TOKENS, tools=[TOOL], tool_choice="required")),
             # This server's template ignores tools: refused, saying how to serve one that renders them.
             ("--chat-template", lambda: client.chat.completions.create(
                 model=model, messages=messages, max_tokens=MAX_TOKENS, tools=[TOOL])),

@@ -166,9 +166,15 @@ async fn tools_a_template_ignores_and_bad_calls_are_refused_by_name() {
     let cases = [
         (with(json!({"tools": [{"type": "function", "function": {}}]})), "tools"),
         (with(json!({"tools": [calculate(), calculate()]})), "tools"),
-        (with(json!({"tool_choice": "required"})), "tool_choice"),
+        (with(json!({"tool_choice": "required", "tools": []})), "tool_choice"),
+        (with(json!({"tool_choice": "sometimes"})), "tool_choice"),
         (
-            with(json!({"tool_choice": {"type": "function", "function": {"name": "calculate"}}})),
+            with(json!({"tool_choice": {"type": "function", "function": {"name": "lookup"}}})),
+            "tool_choice",
+        ),
+        (with(json!({"tool_choice": {"type": "function"}})), "tool_choice"),
+        (
+            with(json!({"tool_choice": "required", "response_format": {"type": "json_object"}})),
             "tool_choice",
         ),
         (bad_call(json!("{not json")), "messages"),

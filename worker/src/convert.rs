@@ -6,9 +6,11 @@ use grpo_proto::rollout as proto;
 
 use crate::error::WorkerError;
 use grpo_rollout::engine::EngineStats;
+use grpo_rollout::guided::Guide;
 use grpo_rollout::handle::{PauseMode, ServiceStats};
 use grpo_rollout::output::{Completion, FinishReason, RequestId, StopReason};
 use grpo_rollout::request::{LogprobsMode, Request, SamplingParams};
+use tonic::Status;
 
 /// A count from the wire; one too large for `usize` saturates (and the engine refuses it).
 fn count(value: u64) -> usize {
@@ -42,19 +44,51 @@ pub(crate) fn request_to_proto(request: &Request) -> proto::GenerateRequest {
                 LogprobsMode::Raw => proto::LogprobsMode::Raw,
                 LogprobsMode::Processed => proto::LogprobsMode::Processed,
             } as i32,
+            guide: p.guide.as_ref().map(guide_to_proto),
         }),
     }
 }
 
-/// The request a message asks for.
-pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Request {
+/// The message of a guide.
+fn guide_to_proto(guide: &Guide) -> proto::Guide {
+    use proto::guide::Kind;
+    let kind = match guide {
+        Guide::JsonSchema(schema) => Kind::JsonSchema(schema.to_string()),
+        Guide::JsonObject => Kind::JsonObject(true),
+        Guide::Regex(pattern) => Kind::Regex(pattern.clone()),
+        Guide::Choice(items) => Kind::Choice(proto::Choices { items: items.clone() }),
+        Guide::Lark(grammar) => Kind::Lark(grammar.clone()),
+    };
+    proto::Guide { kind: Some(kind) }
+}
+
+/// The guide a message asks for; a schema that is not JSON, or a guide of
+/// no kind, is refused.
+fn guide_from_proto(message: proto::Guide) -> Result<Guide, Status> {
+    use proto::guide::Kind;
+    Ok(match message.kind {
+        Some(Kind::JsonSchema(text)) => Guide::JsonSchema(
+            serde_json::from_str(&text)
+                .map_err(|e| Status::invalid_argument(format!("guide.json_schema is not JSON: {e}")))?,
+        ),
+        Some(Kind::JsonObject(_)) => Guide::JsonObject,
+        Some(Kind::Regex(pattern)) => Guide::Regex(pattern),
+        Some(Kind::Choice(choices)) => Guide::Choice(choices.items),
+        Some(Kind::Lark(grammar)) => Guide::Lark(grammar),
+        None => return Err(Status::invalid_argument("guide has no kind: set one of its fields")),
+    })
+}
+
+/// The request a message asks for; a malformed guide is refused.
+pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Result<Request, Status> {
     let p = message.params.unwrap_or_default();
     let d = SamplingParams::default();
     let logprobs_mode = match p.logprobs_mode() {
         proto::LogprobsMode::Raw => LogprobsMode::Raw,
         proto::LogprobsMode::Processed => LogprobsMode::Processed,
     };
-    Request {
+    let guide = p.guide.clone().map(guide_from_proto).transpose()?;
+    Ok(Request {
         prompt: message.prompt,
         params: SamplingParams {
             n: p.n.map_or(d.n, count),
@@ -75,8 +109,9 @@ pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Request {
             logprobs: p.logprobs.map(count),
             skip_special_tokens: p.skip_special_tokens.unwrap_or(d.skip_special_tokens),
             logprobs_mode,
+            guide,
         },
-    }
+    })
 }
 
 /// The message carrying a finished sample of request `id` (top log-probs
@@ -196,6 +231,8 @@ pub(crate) fn stats_to_proto(stats: &ServiceStats) -> proto::StatsResponse {
         kept_prompt_tokens: e.kept_prompt_tokens,
         copied_prompt_tokens: e.copied_prompt_tokens,
         evicted_sequences: e.evicted_sequences,
+        guided_tokens: e.guided_tokens,
+        guide_mask_micros: e.guide_mask_micros,
     }
 }
 
@@ -214,6 +251,8 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
             copied_prompt_tokens: stats.copied_prompt_tokens,
             evicted_sequences: stats.evicted_sequences,
             generated_tokens: stats.generated_tokens,
+            guided_tokens: stats.guided_tokens,
+            guide_mask_micros: stats.guide_mask_micros,
         },
         held_back: count(stats.held_back),
         paused: stats.paused,
@@ -241,7 +280,24 @@ mod tests {
                 ..SamplingParams::default()
             },
         };
-        assert_eq!(request_from_proto(request_to_proto(&request)), request);
+        assert_eq!(request_from_proto(request_to_proto(&request)).unwrap(), request);
+        let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        for guide in [
+            Guide::JsonSchema(schema),
+            Guide::JsonObject,
+            Guide::Regex("[0-9]+".to_string()),
+            Guide::Choice(vec!["yes".to_string(), "no".to_string()]),
+            Guide::Lark("start: \"a\"+".to_string()),
+        ] {
+            let guided = Request {
+                prompt: vec![1],
+                params: SamplingParams {
+                    guide: Some(guide),
+                    ..SamplingParams::default()
+                },
+            };
+            assert_eq!(request_from_proto(request_to_proto(&guided)).unwrap(), guided);
+        }
         let completion = Completion {
             index: 2,
             tokens: vec![1, 2],
@@ -263,7 +319,27 @@ mod tests {
             prompt: vec![1],
             params: None,
         };
-        assert_eq!(request_from_proto(empty).params, SamplingParams::default());
+        assert_eq!(request_from_proto(empty).unwrap().params, SamplingParams::default());
+    }
+
+    #[test]
+    fn malformed_guides_are_refused() {
+        let with_guide = |kind| proto::GenerateRequest {
+            prompt: vec![1],
+            params: Some(proto::SamplingParams {
+                guide: Some(proto::Guide { kind }),
+                ..Default::default()
+            }),
+        };
+        let not_json = request_from_proto(with_guide(Some(proto::guide::Kind::JsonSchema("{".to_string()))));
+        assert!(
+            not_json
+                .unwrap_err()
+                .message()
+                .contains("guide.json_schema is not JSON")
+        );
+        let no_kind = request_from_proto(with_guide(None));
+        assert!(no_kind.unwrap_err().message().contains("guide has no kind"));
     }
 
     #[test]

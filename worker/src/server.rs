@@ -226,7 +226,7 @@ impl RolloutWorker for Service {
     ) -> Result<Response<Self::GenerateStream>, Status> {
         let samples = self
             .handle
-            .generate(request_from_proto(request.into_inner()))
+            .generate(request_from_proto(request.into_inner())?)
             .await
             .map_err(status)?;
         let (sender, receiver) = mpsc::channel(SAMPLES_BUFFERED);

@@ -77,6 +77,18 @@ pub struct SamplingFields {
     pub return_token_ids: bool,
     /// The end user (accepted, not used).
     pub user: Option<String>,
+    /// OpenAI's answer format (`text`, `json_object`, `json_schema`).
+    pub response_format: Option<serde_json::Value>,
+    /// vLLM's structured-output options (one of json, regex, choice, grammar, json_object).
+    pub structured_outputs: Option<serde_json::Value>,
+    /// vLLM's older JSON-schema guide (an object or JSON text).
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM's older regular-expression guide.
+    pub guided_regex: Option<String>,
+    /// vLLM's older choice guide.
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM's older grammar guide (llguidance's Lark syntax).
+    pub guided_grammar: Option<String>,
 }
 
 impl SamplingFields {

@@ -3,8 +3,9 @@
 //! samples, log-probs in the chat shape (`content[].{token, logprob, bytes,
 //! top_logprobs}`), `max_completion_tokens` (default: the rest of the
 //! context), `return_token_ids`, streaming with a role chunk per choice;
-//! tool calling (`tools`, `tool_choice` `auto`/`none`, history calls,
-//! answers' `tool_calls`, whole or as stream deltas: [`crate::tools`]).
+//! tool calling (`tools`, `tool_choice`, history calls, answers'
+//! `tool_calls`, whole or as stream deltas: [`crate::tools`]); structured
+//! outputs ([`crate::structured`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -207,7 +208,8 @@ pub async fn chat(
     state.check_model(request.model.as_deref())?;
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
-    let (offered, calling) = tools::offered(&request, model.tool_format)?;
+    let offer = tools::offered(&request, model.tool_format)?;
+    let (offered, calling) = (offer.tools, offer.calling);
     model.check_text_bytes("messages", messages.iter().map(|m| m.content.len()).sum())?;
     let kwargs = request.chat_template_kwargs.clone().unwrap_or_default();
     let (generation_prompt, continued) = (request.add_generation_prompt, request.continue_final_message);
@@ -228,7 +230,16 @@ pub async fn chat(
         (false, None) => None,
     };
     let limits = &state.config.limits;
-    let params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    if let Some(guide) = offer.guide {
+        if params.guide.is_some() {
+            return Err(Error::invalid(
+                "tool_choice",
+                "tool_choice \"required\" or a named function already guides the answer: leave out the structured output",
+            ));
+        }
+        params.guide = Some(guide);
+    }
     let n = params.n;
     limits.check_size(1, n)?;
     let prompt_tokens = prompt.len();

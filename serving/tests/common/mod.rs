@@ -228,3 +228,40 @@ pub fn assert_error(status: u16, expected: u16, body: &Value) -> String {
     assert!(error.get("param").is_some(), "{body}");
     error["message"].as_str().expect("a message").to_string()
 }
+
+#[path = "../../../tools/test_python.rs"]
+mod test_python;
+
+/// Runs `serving/tests/{script}` with `args` under the test venv's Python
+/// (which must import the `openai` client: the test fails, never skips),
+/// and asserts that it succeeded and printed `done`.
+pub async fn run_client_script(script: &str, args: &[&str], done: &str) {
+    let python = test_python::test_python();
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(
+        check.status.success(),
+        "{} cannot import openai: {}",
+        python.display(),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let output = tokio::process::Command::new(&python)
+        .arg(&path)
+        .args(args)
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{script} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains(done), "{stdout}");
+}

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::ToolCall;
+use grpo_rollout::guided::Guide;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -169,7 +170,13 @@ pub struct Example {
     pub prompt: Prompt,
     /// Every other column, for the rewards.
     pub columns: Map<String, Value>,
+    /// Its rollouts' guide, from its `structured_outputs` column (vLLM's
+    /// options; the column stays among the others).
+    pub guide: Option<Guide>,
 }
+
+/// The column of a row's guided-decoding options.
+pub const GUIDE_COLUMN: &str = "structured_outputs";
 
 /// Reads `path` (JSONL), taking the prompt from `prompt_column`. Errors
 /// name the file and line.
@@ -210,10 +217,17 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
             }
             None => return Err(fail(number + 1, format!("no `{prompt_column}` column"))),
         };
+        let guide = match columns.get(GUIDE_COLUMN) {
+            None | Some(Value::Null) => None,
+            Some(options) => {
+                Some(Guide::from_options(options).map_err(|e| fail(number + 1, format!("`{GUIDE_COLUMN}`: {e}")))?)
+            }
+        };
         examples.push(Example {
             index: examples.len(),
             prompt,
             columns,
+            guide,
         });
     }
     if examples.is_empty() {

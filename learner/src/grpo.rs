@@ -20,6 +20,7 @@ use grpo_model::chat::ChatMessage;
 use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_reward::RewardPool;
+use grpo_rollout::guided::{Grammars, Guide};
 use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
 use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer};
 use serde_json::{Map, Value};
@@ -85,6 +86,10 @@ pub struct GrpoConfig {
     /// The run's dtypes: the train step's compute dtype (f32, or bf16 on
     /// f32 master weights) and the in-process engines'.
     pub choices: Choices,
+    /// The rollouts' guide (a row's own takes precedence): their tokens
+    /// are drawn under its mask; their recorded log-probs, like the
+    /// learner's, are the unmasked policy's.
+    pub guide: Option<Guide>,
 }
 
 /// What one step did, under TRL's metric names where it has them (the
@@ -127,6 +132,10 @@ pub struct StepReport {
     pub clip_ratio_region: f64,
     /// Mean k3 KL to the reference over completion tokens (0 without one).
     pub kl: f64,
+    /// Mean `|old − behaviour|` log-prob over completion tokens: how far
+    /// the rollout engine's log-probs are from the learner's (TRL's name).
+    #[serde(rename = "sampling/sampling_logp_difference/mean")]
+    pub sampling_logp_difference: f64,
     /// Seconds generating, scoring, training and syncing weights.
     pub time_generation: f64,
     /// See `time_generation`.
@@ -182,6 +191,44 @@ pub struct EvalReport {
     pub runtime: f64,
 }
 
+/// Compiles the run's guide and every row's own once, before anything
+/// runs, so that one the engines would refuse stops the run at its start,
+/// named (a row by its number).
+fn check_guides<'a>(
+    decoder: &Decoder,
+    tokenizer: &std::sync::Arc<Tokenizer>,
+    run: Option<&Guide>,
+    rows: impl Iterator<Item = &'a Example>,
+) -> Result<()> {
+    let mut guides: Vec<(String, &Guide)> = run
+        .map(|g| ("rollout.structured_outputs".to_string(), g))
+        .into_iter()
+        .collect();
+    guides.extend(rows.filter_map(|row| {
+        let guide = row.guide.as_ref()?;
+        Some((format!("data row {} `structured_outputs`", row.index + 1), guide))
+    }));
+    if guides.is_empty() {
+        return Ok(());
+    }
+    let model = decoder.config();
+    let grammars =
+        Grammars::new(tokenizer.clone(), model.vocab_size, &model.eos_token_ids).map_err(|e| Error::Config {
+            field: "rollout.structured_outputs",
+            message: e.to_string(),
+        })?;
+    let mut seen = std::collections::HashSet::new();
+    for (place, guide) in guides {
+        if seen.insert(format!("{guide:?}")) {
+            grammars.compile(guide).map_err(|e| Error::Config {
+                field: "rollout.structured_outputs",
+                message: format!("{place}: {e}"),
+            })?;
+        }
+    }
+    Ok(())
+}
+
 impl GrpoConfig {
     /// The settings of `config` (validated as it was read), with its
     /// `auto` settings decided as `choices`.
@@ -204,6 +251,7 @@ impl GrpoConfig {
             iterations: a.num_iterations,
             max_staleness: r.max_staleness,
             choices,
+            guide: r.guide().ok().flatten(),
         }
     }
 
@@ -283,6 +331,7 @@ impl Trainer<GrpoTask> {
             episodes,
         } = parts;
         check_rows(&mesh, config.micro_batch_rows)?;
+        check_guides(&decoder, &tokenizer, config.guide.as_ref(), data.iter().chain(&eval))?;
         if (config.loss.beta > 0.0) != reference.is_some() {
             return Err(Error::Config {
                 field: "algorithm.beta",
@@ -328,6 +377,7 @@ impl Trainer<GrpoTask> {
             },
             version: start.step,
             episodes,
+            guide: config.guide.clone(),
         };
         let reference = reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?;
         let task = GrpoTask {
@@ -420,6 +470,7 @@ impl Task for GrpoTask {
             clip_ratio_high: per_token(metrics.metrics[1]),
             clip_ratio_region: per_token(metrics.metrics[0] + metrics.metrics[1]),
             kl: per_token(metrics.metrics[2]),
+            sampling_logp_difference: per_token(metrics.metrics[4]),
             trained_samples: rollouts.len(),
             time_generation: collected.time_generation,
             time_reward: collected.time_reward,

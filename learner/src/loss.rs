@@ -131,6 +131,9 @@ pub struct LossOutputs {
     pub high_clipped: Tensor,
     /// Sum of the per-token KL (0 without a reference).
     pub kl: Tensor,
+    /// Sum of `|old − behaviour|` log-probs over the tokens: how far the
+    /// rollout engine's log-probs are from the learner's (0 without them).
+    pub logp_difference: Tensor,
 }
 
 /// The GRPO loss of `inputs` under `settings` (see the module's formulas).
@@ -176,13 +179,20 @@ pub fn grpo_loss(inputs: &LossInputs<'_>, settings: &GrpoLoss) -> Result<LossOut
     };
     let loss = token_loss.mul(&per_sequence)?.sum_all()?.div(inputs.normalizer)?;
     let counted = |condition: Tensor| -> Result<Tensor> { Ok(condition.select(mask, &zero)?.sum_all()?) };
+    // Sums `values` over the masked tokens.
+    let summed = |values: Tensor| -> Result<Tensor> { Ok(mask.gt(&zero)?.select(&values, &zero)?.sum_all()?) };
     let low_clipped = counted(ratio.lt(&ratio.full_like(low)?)?.and(&advantage.lt(&zero)?)?)?;
     let high_clipped = counted(ratio.gt(&ratio.full_like(high)?)?.and(&advantage.gt(&zero)?)?)?;
+    let logp_difference = match inputs.behaviour_logprobs {
+        Some(behaviour) => summed(inputs.old_logprobs.sub(behaviour)?.abs()?)?,
+        None => zero.sum_all()?,
+    };
     Ok(LossOutputs {
         loss,
         low_clipped,
         high_clipped,
         kl: kl.mul(mask)?.sum_all()?.stop_gradient()?,
+        logp_difference: logp_difference.stop_gradient()?,
     })
 }
 

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 use grpo_reward::RewardPool;
+use grpo_rollout::guided::Guide;
 use grpo_rollout::request::{LogprobsMode, SamplingParams};
 use grpo_xla::ElementType;
 use serde_json::{Map, Value};
@@ -81,6 +82,8 @@ pub struct RolloutSide {
     /// Multi-turn runs: the environment and budgets of the episodes
     /// (`None`: one completion per sample).
     pub episodes: Option<EpisodeSetup>,
+    /// The guide of rows without their own (every turn of an episode).
+    pub guide: Option<Guide>,
 }
 
 impl RolloutSide {
@@ -91,6 +94,7 @@ impl RolloutSide {
         // Copies of the step's rows (a few prompts), as sampling borrows the fleet.
         let examples: Vec<Example> = rows.iter().map(|&r| self.data[r].clone()).collect();
         let first_seed = step * s.prompts_per_step;
+        let default = self.guide.clone();
         let params = |i: usize| SamplingParams {
             n: s.group_size,
             max_tokens: s.max_completion_tokens,
@@ -98,6 +102,7 @@ impl RolloutSide {
             seed: s.seed.wrapping_add((first_seed + i) as u32),
             // Behaviour log-probs at the sampling temperature, as the learner scores.
             logprobs_mode: LogprobsMode::Processed,
+            guide: examples[i].guide.clone().or_else(|| default.clone()),
             ..SamplingParams::default()
         };
         let collected = self.collect(&examples.iter().collect::<Vec<_>>(), params)?;
@@ -115,9 +120,11 @@ impl RolloutSide {
     /// `max_tokens` a completion (or turn) each, scored.
     fn evaluate(&mut self, examples: &[Example], max_tokens: usize) -> Result<Collected> {
         let rows: Vec<&Example> = examples.iter().collect();
-        self.collect(&rows, |_| SamplingParams {
+        let default = self.guide.clone();
+        self.collect(&rows, |i| SamplingParams {
             max_tokens,
             temperature: 0.0,
+            guide: rows[i].guide.clone().or_else(|| default.clone()),
             ..SamplingParams::default()
         })
     }

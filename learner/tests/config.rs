@@ -52,6 +52,18 @@ fn invalid_values_name_their_key() {
             "rollout.tls_cert",
         ),
         ("[rollout]\ntls_ca = 3\n", "rollout.tls_ca"),
+        (
+            "[rollout]\nstructured_outputs = { regex = 3 }\n",
+            "rollout.structured_outputs",
+        ),
+        (
+            "[rollout.structured_outputs]\nregex = \"a\"\nchoice = [\"b\"]\n",
+            "rollout.structured_outputs",
+        ),
+        (
+            "[rollout.structured_outputs]\nstructural_tag = \"t\"\n",
+            "rollout.structured_outputs",
+        ),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()

@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use grpo_learner::data::{Prompt, PromptSampler, load_jsonl, split};
+use grpo_rollout::guided::Guide;
 
 fn write(lines: &[&str]) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -39,12 +40,20 @@ fn chat_prompts_and_errors_that_name_the_line() {
     let rows = load_jsonl(file.path(), "prompt").unwrap();
     assert_eq!(rows.len(), 2);
     assert!(matches!(&rows[0].prompt, Prompt::Chat(turns) if turns[0].text() == "2 + 3?"));
+    assert_eq!(rows[0].guide, None);
+    let guided = write(&[r#"{"prompt": "a", "structured_outputs": {"regex": "[0-9]+"}}"#]);
+    let rows = load_jsonl(guided.path(), "prompt").unwrap();
+    assert_eq!(rows[0].guide, Some(Guide::Regex("[0-9]+".to_string())));
     for (lines, needle) in [
         (vec![r#"{"prompt": "a"}"#, "not json"], ":2: not JSON"),
         (vec![r#"{"question": "a"}"#], ":1: no `prompt` column"),
         (vec![r#"{"prompt": 3}"#], "must be text or a list"),
         (vec![r#"{"prompt": [{"role": "user"}]}"#], "chat turns"),
         (vec!["[1, 2]"], "JSON object"),
+        (
+            vec![r#"{"prompt": "a", "structured_outputs": {"choice": "x"}}"#],
+            ":1: `structured_outputs`: choice must be a list of strings",
+        ),
         (vec![], "no rows"),
     ] {
         let file = write(&lines);

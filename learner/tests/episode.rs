@@ -181,6 +181,7 @@ fn rows() -> Vec<Example> {
             index,
             prompt: Prompt::Chat(vec![ChatTurn::new("user", text)]),
             columns: Default::default(),
+            guide: None,
         })
         .collect()
 }

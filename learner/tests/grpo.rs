@@ -34,6 +34,7 @@ use grpo_reward::metrics::RewardMetrics;
 use grpo_reward::pool::Entry;
 use grpo_reward::{BoxFuture, OnError, RewardPool, Sample, SampleReward, Score};
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::guided::Guide;
 use grpo_xla::trace::{AdamW, Mesh, Parallelism};
 use grpo_xla::{Client, ClientOptions, ElementType, Platform};
 
@@ -57,6 +58,7 @@ fn prompts() -> Vec<Example> {
             index,
             prompt: Prompt::Text(p.to_string()),
             columns: Default::default(),
+            guide: None,
         })
         .collect()
 }
@@ -73,6 +75,8 @@ struct Variant {
     parallelism: Option<Parallelism>,
     /// Samples are two-turn episodes of [`GoOnce`].
     episodes: bool,
+    /// The rollouts' guide (the model then ends its answers with `<|im_end|>`).
+    guide: Option<Guide>,
 }
 
 /// Answers a first turn with "!" and ends the episode after the second,
@@ -109,6 +113,11 @@ const BARE_TEMPLATE: &str = "{% for m in messages %}{{ '<|im_start|>' + m['conte
 
 /// The loop on the tiny fixture model scoring with `reward`.
 fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<GrpoTask> {
+    try_tiny_loop(reward, variant).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The same, or why it cannot start.
+fn try_tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> grpo_learner::Result<Trainer<GrpoTask>> {
     let devices = variant.parallelism.map_or(1, Parallelism::devices);
     let options = ClientOptions::default()
         .compile_cache_dir(None)
@@ -117,7 +126,12 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
     let device = client.device(0).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures");
     let dir = fixtures.join("parity/llama");
-    let decoder = Decoder::new(ModelConfig::from_file(dir.join("config.json")).unwrap());
+    let mut config = ModelConfig::from_file(dir.join("config.json")).unwrap();
+    if variant.guide.is_some() {
+        // A guided answer ends with EOS once its grammar is complete.
+        config.eos_token_ids = vec![2];
+    }
+    let decoder = Decoder::new(config);
     let weights = Safetensors::open_dir(&dir).unwrap();
     let upload = || upload_parameters(&client, device, &decoder, &weights, ElementType::F32).unwrap();
     let tokenizer = Tokenizer::from_file(fixtures.join("tokenizer/tiny/tokenizer.json")).unwrap();
@@ -137,7 +151,8 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
             ..EngineConfig::default()
         },
     )
-    .unwrap();
+    .unwrap()
+    .with_tokenizer(tokenizer.clone());
     let rewards = RewardPool::new(
         vec![Entry {
             name: "target".to_string(),
@@ -179,6 +194,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
         iterations: variant.iterations.max(1),
         max_staleness: variant.max_staleness,
         choices: Choices::F32,
+        guide: variant.guide,
     };
     let params = upload();
     let reference = (variant.beta > 0.0).then(upload);
@@ -204,7 +220,7 @@ fn tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> Trainer<
             EpisodeSetup::new(environment, budget)
         }),
     };
-    Trainer::grpo(parts, config, None).unwrap()
+    Trainer::grpo(parts, config, None)
 }
 
 /// The next step's report and rollouts.
@@ -260,6 +276,46 @@ fn two_turn_episodes_learn_from_their_own_tokens() {
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
     eprintln!("episode reward {first:.3} → {last:.3}");
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
+}
+
+#[test]
+fn guided_rollouts_keep_to_their_grammar_and_their_log_probs_to_the_learners() {
+    // Token 70 is `b`: the reward asks for b's, the guide for 1 to 5 lowercase letters.
+    let guide = Guide::Regex("[a-z]{1,5}".to_string());
+    let variant = Variant {
+        guide: Some(guide),
+        ..Variant::default()
+    };
+    let mut grpo = tiny_loop(Arc::new(TargetToken(70)), variant);
+    for _ in 0..3 {
+        let (report, rollouts) = step(&mut grpo);
+        for row in &rollouts {
+            assert_eq!(row.finish_reason, "stop", "{row:?}");
+            let text = &row.completion;
+            assert!(
+                (1..=5).contains(&text.len()) && text.chars().all(|c| c.is_ascii_lowercase()),
+                "{text:?} is not [a-z]{{1,5}}"
+            );
+        }
+        // The engine recorded the unmasked policy's log-probs, as the
+        // learner computes them: masked ones (renormalized over the letters
+        // the grammar allows) would differ by the log of the mass it removed.
+        assert!(
+            report.sampling_logp_difference < 1e-4,
+            "engine and learner log-probs differ by {} a token",
+            report.sampling_logp_difference
+        );
+        // On-policy: the ratio is exactly 1, nothing is clipped.
+        assert_eq!(report.clip_ratio_region, 0.0);
+    }
+    let bad = Variant {
+        guide: Some(Guide::Regex("[a-z".to_string())),
+        ..Variant::default()
+    };
+    match try_tiny_loop(Arc::new(TargetToken(70)), bad) {
+        Ok(_) => panic!("a regex that does not compile was taken"),
+        Err(e) => assert!(e.to_string().contains("rollout.structured_outputs"), "{e}"),
+    }
 }
 
 #[test]

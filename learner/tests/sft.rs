@@ -296,6 +296,7 @@ fn examples_are_the_prompt_then_the_completion_and_eos() {
         index: 0,
         prompt: Prompt::Text("2 + 2 =".to_string()),
         columns,
+        guide: None,
     }];
     let encoded = encode_examples(&tokenizer, &rows, "answer", 64).unwrap();
     let mut completion = tokenizer.encode(" 4.", false).unwrap();
@@ -317,6 +318,7 @@ fn chat_row(prompt: serde_json::Value, completion: serde_json::Value) -> Example
         index: 0,
         prompt: Prompt::Chat(serde_json::from_value(prompt).unwrap()),
         columns,
+        guide: None,
     }
 }
 

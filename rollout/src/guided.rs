@@ -87,6 +87,62 @@ impl Guide {
         Ok(Guide::Lark(format!("{start}\ncall: {call}\n")))
     }
 
+    /// The guide of vLLM's structured-output options (`structured_outputs`
+    /// in a request, the same object in grpo's config and data): exactly
+    /// one of `json` (a schema, as an object or JSON text), `regex`,
+    /// `choice`, `grammar` (llguidance's Lark syntax) or `json_object:
+    /// true`. `disable_fallback` and `disable_any_whitespace` are accepted
+    /// and change nothing (one backend; JSON is always compact); other
+    /// options are refused, naming them.
+    pub fn from_options(options: &Value) -> Result<Guide, String> {
+        let Some(options) = options.as_object() else {
+            return Err("must be an object".into());
+        };
+        let text = |key: &str, value: &Value| {
+            value
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("{key} must be a string"))
+        };
+        let mut guides = Vec::new();
+        for (key, value) in options {
+            if value.is_null() {
+                continue;
+            }
+            let guide = match key.as_str() {
+                "json" => Guide::JsonSchema(match value {
+                    Value::String(schema) => {
+                        serde_json::from_str(schema).map_err(|e| format!("json: the schema is not JSON: {e}"))?
+                    }
+                    schema => schema.clone(),
+                }),
+                "regex" => Guide::Regex(text(key, value)?),
+                "grammar" => Guide::Lark(text(key, value)?),
+                "choice" => Guide::Choice(
+                    serde_json::from_value(value.clone())
+                        .map_err(|_| "choice must be a list of strings".to_string())?,
+                ),
+                "json_object" if value == &Value::Bool(true) => Guide::JsonObject,
+                "json_object" | "disable_fallback" | "disable_any_whitespace" => continue,
+                "disable_additional_properties" if value == &Value::Bool(false) => continue,
+                other => {
+                    return Err(format!(
+                        "`{other}` is not supported: use one of json, regex, choice, grammar, json_object"
+                    ));
+                }
+            };
+            guides.push((key.clone(), guide));
+        }
+        match guides.len() {
+            1 => Ok(guides.pop().expect("one").1),
+            0 => Err("set one of json, regex, choice, grammar, json_object".into()),
+            _ => Err(format!(
+                "`{}` and `{}` are both set: send one",
+                guides[0].0, guides[1].0
+            )),
+        }
+    }
+
     /// The grammar llguidance compiles.
     fn grammar(&self) -> Result<TopLevelGrammar, String> {
         Ok(match self {
@@ -163,8 +219,8 @@ pub struct Grammars {
 }
 
 impl Grammars {
-    /// Grammars over a model's `vocab_size` ids (the tokenizer's, and
-    /// unused ids past them, which are never allowed), ended by `eos`.
+    /// Grammars over a model's `vocab_size` ids (the tokenizer's tokens
+    /// among them; ids without a token are never allowed), ended by `eos`.
     pub fn new(tokenizer: Arc<Tokenizer>, vocab_size: usize, eos: &[u32]) -> Result<Grammars> {
         let failed = |what: String| Error::InvalidRequest {
             message: format!("guided decoding is not available for this model: {what}"),
@@ -174,12 +230,10 @@ impl Grammars {
         };
         let json: Value = serde_json::from_str(&tokenizer.to_json()?).map_err(|e| failed(e.to_string()))?;
         let mut words = llguidance::token_bytes_from_tokenizer_json(&json).map_err(|e| failed(e.to_string()))?;
-        if words.len() > vocab_size {
-            return Err(failed(format!(
-                "the tokenizer has {} tokens, more than the model's {vocab_size}",
-                words.len()
-            )));
+        if let Some(&outside) = eos.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(failed(format!("EOS {outside} is outside the model's {vocab_size} ids")));
         }
+        // Tokens the model has no logits for are never drawn: only its ids count.
         words.resize(vocab_size, Vec::new());
         let info = TokRxInfo::new(vocab_size as u32, first_eos);
         let trie = TokTrie::from(&info, &words).with_eos_tokens(eos);

@@ -4,12 +4,7 @@
 //! - OpenAI's `response_format`: `{"type": "text"}` (no guide),
 //!   `{"type": "json_object"}`, `{"type": "json_schema", "json_schema":
 //!   {"name", "schema", "strict", "description"}}`;
-//! - vLLM's `structured_outputs`: exactly one of `json` (a schema, as an
-//!   object or JSON text), `regex`, `choice`, `grammar` (llguidance's Lark
-//!   syntax) or `json_object: true`; `disable_fallback` and
-//!   `disable_any_whitespace` are accepted (one backend; JSON is always
-//!   written compactly), the options that would change the answer
-//!   otherwise are refused;
+//! - vLLM's `structured_outputs` ([`Guide::from_options`]);
 //! - vLLM's older `guided_json`, `guided_regex`, `guided_choice`,
 //!   `guided_grammar`.
 //!
@@ -30,7 +25,9 @@ pub fn requested(fields: &SamplingFields) -> Result<Option<Guide>> {
         found.push(("response_format", guide));
     }
     if let Some(options) = &fields.structured_outputs {
-        found.push(("structured_outputs", structured_outputs(options)?));
+        let guide = Guide::from_options(options)
+            .map_err(|e| Error::invalid("structured_outputs", format!("structured_outputs: {e}")))?;
+        found.push(("structured_outputs", guide));
     }
     if let Some(schema) = &fields.guided_json {
         found.push(("guided_json", Guide::JsonSchema(schema_value("guided_json", schema)?)));
@@ -82,48 +79,6 @@ fn response_format(format: &Value) -> Result<Option<Guide>> {
     }
 }
 
-/// vLLM's `structured_outputs` options.
-fn structured_outputs(options: &Value) -> Result<Guide> {
-    let field = "structured_outputs";
-    let bad = |what: String| Error::invalid(field, format!("structured_outputs: {what}"));
-    let Some(options) = options.as_object() else {
-        return Err(bad("must be an object".into()));
-    };
-    let mut guides = Vec::new();
-    for (key, value) in options {
-        if value.is_null() {
-            continue;
-        }
-        let guide = match key.as_str() {
-            "json" => Guide::JsonSchema(schema_value(field, value)?),
-            "regex" => Guide::Regex(text(field, key, value)?),
-            "grammar" => Guide::Lark(text(field, key, value)?),
-            "choice" => {
-                let choices: Vec<String> = serde_json::from_value(value.clone())
-                    .map_err(|_| bad("choice must be a list of strings".into()))?;
-                choice(field, choices)?
-            }
-            "json_object" if value == &Value::Bool(true) => Guide::JsonObject,
-            "json_object" | "disable_fallback" | "disable_any_whitespace" => continue,
-            "disable_additional_properties" if value == &Value::Bool(false) => continue,
-            other => {
-                return Err(bad(format!(
-                    "`{other}` is not supported: use one of json, regex, choice, grammar, json_object"
-                )));
-            }
-        };
-        guides.push((key.clone(), guide));
-    }
-    match guides.len() {
-        1 => Ok(guides.pop().expect("one").1),
-        0 => Err(bad("set one of json, regex, choice, grammar, json_object".into())),
-        _ => Err(bad(format!(
-            "`{}` and `{}` are both set: send one",
-            guides[0].0, guides[1].0
-        ))),
-    }
-}
-
 /// A JSON schema sent as an object (or boolean), or as JSON text.
 fn schema_value(field: &str, schema: &Value) -> Result<Value> {
     match schema {
@@ -135,14 +90,6 @@ fn schema_value(field: &str, schema: &Value) -> Result<Value> {
             format!("{field}: a JSON schema is an object, not {other}"),
         )),
     }
-}
-
-/// A string option.
-fn text(field: &str, key: &str, value: &Value) -> Result<String> {
-    value
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| Error::invalid(field, format!("{field}: {key} must be a string")))
 }
 
 /// A choice among `choices` (at least one).

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use grpo_rollout::guided::Guide;
 use serde::Deserialize;
 
 use super::values::require;
@@ -75,6 +76,11 @@ pub struct RolloutSection {
     /// generates the next batches while the learner trains, dropping
     /// samples older than k versions.
     pub max_staleness: usize,
+    /// Guided decoding of every rollout, as vLLM's `structured_outputs`
+    /// (one of `json`, `regex`, `choice`, `grammar`, `json_object = true`;
+    /// see `grpo_rollout::guided::Guide::from_options`); a data row's own
+    /// `structured_outputs` column takes precedence. Default none.
+    pub structured_outputs: Option<serde_json::Value>,
 }
 
 impl Default for RolloutSection {
@@ -101,13 +107,28 @@ impl Default for RolloutSection {
             worker_timeout_s: seconds(10.0),
             worker_wait_s: seconds(600.0),
             max_staleness: 0,
+            structured_outputs: None,
         }
     }
 }
 
 impl RolloutSection {
+    /// The guide of `structured_outputs`, if set.
+    pub fn guide(&self) -> Result<Option<Guide>> {
+        self.structured_outputs
+            .as_ref()
+            .map(|options| {
+                Guide::from_options(options).map_err(|message| Error::Config {
+                    field: "rollout.structured_outputs",
+                    message,
+                })
+            })
+            .transpose()
+    }
+
     /// Checks the section's values and their combinations.
     pub(crate) fn validate(&self) -> Result<()> {
+        self.guide()?;
         require(
             "rollout.group_size",
             (2..=MAX_GROUP_SIZE).contains(&self.group_size),

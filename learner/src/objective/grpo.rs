@@ -18,8 +18,8 @@
 //! micro-batch's normalizer is the batch's divided by their count
 //! ([`crate::batch::StepBatch::micro_normalizer`]); the sum then equals the
 //! whole batch's loss. Its metrics, summed over micro-batches: low-clipped
-//! tokens, high-clipped tokens, KL sum, entropy sum (divide by completion
-//! tokens).
+//! tokens, high-clipped tokens, KL sum, entropy sum, the sum of
+//! `|old − behaviour|` log-probs (divide by completion tokens).
 
 use grpo_model::decoder::Decoder;
 use grpo_xla::trace::Tensor;
@@ -118,6 +118,15 @@ impl Objective for GrpoObjective {
         };
         let out = grpo_loss(&inputs, &self.loss).map_err(to_xla)?;
         let entropy_sum = entropy.mul(completion)?.sum_all()?.stop_gradient()?;
-        Ok((out.loss, vec![out.low_clipped, out.high_clipped, out.kl, entropy_sum]))
+        Ok((
+            out.loss,
+            vec![
+                out.low_clipped,
+                out.high_clipped,
+                out.kl,
+                entropy_sum,
+                out.logp_difference,
+            ],
+        ))
     }
 }

@@ -14,6 +14,13 @@
 //! - `t`: `generate` with `max_tokens` 1 + new; decode tokens/s =
 //!   B·new / (t − t1).
 //!
+//! With `--json-schema FILE` every request is guided by that schema (see
+//! `grpo_rollout::guided`), EOS no longer ignored: the schema must make
+//! answers longer than `--new-tokens` (an array with many required items),
+//! so that every sample still runs to the end and the runs differ from the
+//! unguided ones by the guide's work alone — its masks on the host
+//! (reported as a share of the decode time) and the masked decode program.
+//!
 //! The batch-1 bandwidth limit is the measured host copy bandwidth over the
 //! bytes of all parameters in the chosen dtype (every weight is read once per
 //! decoded token; the tied embedding is the lm_head matrix). The bandwidth is
@@ -29,6 +36,7 @@ use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::guided::Guide;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_xla::ElementType;
@@ -72,6 +80,10 @@ pub struct GenerateArgs {
     /// request as JSON here (for `bench/generate_torch.py --tokens`).
     #[arg(long)]
     tokens_out: Option<PathBuf>,
+    /// Guide every request by the JSON schema in this file (structured
+    /// outputs); its answers must outlast `--new-tokens`.
+    #[arg(long)]
+    json_schema: Option<PathBuf>,
     #[command(flatten)]
     timing: TimingArgs,
 }
@@ -90,8 +102,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         bail!("--prompt-tokens and --new-tokens must be ≥ 1");
     }
     let model = Pretrained::open(&args.model)?;
-    let tokenizer = model.tokenizer.as_ref().context("the model has no tokenizer")?;
-    let prompt = prompt_ids(tokenizer, args.prompt_tokens)?;
+    let tokenizer = std::sync::Arc::new(model.tokenizer.clone().context("the model has no tokenizer")?);
+    let prompt = prompt_ids(&tokenizer, args.prompt_tokens)?;
     let needed = args.prompt_tokens + 1 + args.new_tokens;
     if needed > model.config.max_positions {
         bail!(
@@ -126,6 +138,14 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         );
     }
 
+    let guide = match &args.json_schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let schema = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+            Some(Guide::JsonSchema(schema))
+        }
+        None => None,
+    };
     let client = args.platform.client()?;
     let mut greedy = serde_json::Map::new();
     for &batch in &args.batch {
@@ -136,14 +156,15 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             dtype,
             ..EngineConfig::default()
         };
-        let mut engine = Engine::new(&client, decoder.clone(), params, config)?;
+        let mut engine = Engine::new(&client, decoder.clone(), params, config)?.with_tokenizer(tokenizer.clone());
         let requests = |max_tokens: usize| -> Vec<Request> {
             let request = Request {
                 prompt: prompt.clone(),
                 params: SamplingParams {
                     max_tokens,
                     temperature: 0.0,
-                    ignore_eos: true,
+                    ignore_eos: guide.is_none(),
+                    guide: guide.clone(),
                     ..SamplingParams::default()
                 },
             };
@@ -152,15 +173,18 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         let (first, full) = (requests(1), requests(1 + args.new_tokens));
         let mut prefill_s = Vec::with_capacity(runs);
         let mut full_s = Vec::with_capacity(runs);
+        let mut mask_s = Vec::with_capacity(runs);
         let mut tokens = Vec::new();
         for run in 0..args.timing.warmup + runs {
             let start = Instant::now();
             first_tokens(engine.generate(&first)?, 1)?;
             let middle = Instant::now();
+            let masked_before = engine.stats().guide_mask_micros;
             tokens = first_tokens(engine.generate(&full)?, 1 + args.new_tokens)?;
             if run >= args.timing.warmup {
                 prefill_s.push((middle - start).as_secs_f64());
                 full_s.push(middle.elapsed().as_secs_f64());
+                mask_s.push((engine.stats().guide_mask_micros - masked_before) as f64 / 1e6);
             }
         }
         greedy.insert(batch.to_string(), tokens.into());
@@ -173,6 +197,9 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         }
         let prefill_rate = (batch * args.prompt_tokens) as f64 / t1;
         let decode_rate = (batch * args.new_tokens) as f64 / (t - t1);
+        // The host's mask work per full run, against its decode time.
+        let mask_share = median(&mut mask_s) / (t - t1);
+        let guided = if guide.is_some() { "json_schema" } else { "none" };
         if args.timing.json {
             let fraction = if batch == 1 {
                 format!(", \"bandwidth_fraction\": {:.4}", decode_rate / limit)
@@ -184,7 +211,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                  \"prompt_tokens\": {}, \"new_tokens\": {}, \"prefill_ms\": {:.3}, \"full_ms\": {:.3}, \
                  \"prefill_tokens_per_s\": {prefill_rate:.3}, \"decode_tokens_per_s\": {decode_rate:.3}, \"runs\": {}, \
                  \"weight_bytes\": {weight_bytes}, \"copy_gbps\": {:.3}, \"bandwidth_tokens_per_s\": {limit:.3}, \
-                 \"load_1m\": {}{fraction}}}",
+                 \"load_1m\": {}, \"guide\": \"{guided}\", \"mask_share\": {mask_share:.4}{fraction}}}",
                 model_label(&args.model),
                 args.dtype,
                 args.prompt_tokens,
@@ -201,9 +228,14 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             } else {
                 String::new()
             };
+            let masks = if guide.is_some() {
+                format!("; guide masks {:.1}% of the decode time", 100.0 * mask_share)
+            } else {
+                String::new()
+            };
             println!(
                 "batch {batch:>3}: prefill {:.1} ms = {prefill_rate:.1} tokens/s; 1 + {} tokens {:.1} ms; \
-                 decode {decode_rate:.1} tokens/s{fraction}",
+                 decode {decode_rate:.1} tokens/s{fraction}{masks}",
                 t1 * 1e3,
                 args.new_tokens,
                 t * 1e3
@@ -240,7 +272,10 @@ fn prompt_ids(tokenizer: &Tokenizer, count: usize) -> anyhow::Result<Vec<u32>> {
 /// completion (per request, its samples) has `expected` tokens.
 fn first_tokens(completions: Vec<Vec<Completion>>, expected: usize) -> anyhow::Result<Vec<u32>> {
     if let Some(short) = completions.iter().flatten().find(|c| c.tokens.len() != expected) {
-        bail!("a completion has {} tokens, not {expected}", short.tokens.len());
+        bail!(
+            "a completion has {} tokens, not {expected} (with --json-schema: a schema whose answers are longer)",
+            short.tokens.len()
+        );
     }
     let first = completions.into_iter().flatten().next().context("no completion")?;
     Ok(first.tokens)

@@ -10,9 +10,10 @@ Run from the repository root:
 Writes, under model/tests/fixtures/gguf/:
 - tiny.gguf: metadata of every GGUF value type (nested arrays too), a tiny
   llama model's keys, alignment 64, and one tensor of every ggml type that
-  grpo dequantizes (F32, F16, BF16, Q8_0, Q4_0, Q4_1 quantized by gguf-py;
-  Q4_K and Q6_K as random raw blocks, gguf-py cannot quantize them).
-- unsupported.gguf: architecture qwen2, a Q5_K tensor and a tensor whose
+  grpo dequantizes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized by
+  gguf-py; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS as random raw
+  blocks, gguf-py cannot quantize them).
+- unsupported.gguf: architecture qwen2, an IQ2_XXS tensor and a tensor whose
   ggml type id (99) exists nowhere.
 - expected.json: the values gguf-py's own `dequantize` gives for every tensor
   of tiny.gguf (as f32 bit patterns, so the comparison is exact), the
@@ -113,6 +114,18 @@ def tiny_tensors() -> dict[str, tuple[np.ndarray, T | None]]:
         "dq.q4_k": (random_blocks(4, 144, [0, 2]).reshape(2, 288), T.Q4_K),
         # Q6_K: 128 bytes low nibbles, 64 bytes high bits, 16 i8 scales, d (f16).
         "dq.q6_k": (random_blocks(4, 210, [208]).reshape(2, 420), T.Q6_K),
+        "dq.q5_0": (quantize(x64(2), T.Q5_0), T.Q5_0),
+        "dq.q5_1": (quantize(x64(2), T.Q5_1), T.Q5_1),
+        # IQ4_NL: d (f16), 16 bytes of nibbles indexing the non-linear table.
+        "dq.iq4_nl": (random_blocks(4, 18, [0]).reshape(2, 36), T.IQ4_NL),
+        # Q2_K: 16 bytes of scales and mins, 64 bytes of 2-bit values, d, dmin (f16).
+        "dq.q2_k": (random_blocks(4, 84, [80, 82]).reshape(2, 168), T.Q2_K),
+        # Q3_K: 32 bytes of high bits, 64 bytes of 2-bit values, 12 bytes of scales, d (f16).
+        "dq.q3_k": (random_blocks(4, 110, [108]).reshape(2, 220), T.Q3_K),
+        # Q5_K: d, dmin (f16), 12 bytes of scales and mins, 32 bytes of fifth bits, 128 of nibbles.
+        "dq.q5_k": (random_blocks(4, 176, [0, 2]).reshape(2, 352), T.Q5_K),
+        # IQ4_XS: d (f16), scales' high bits (u16), their low nibbles (4 bytes), 128 bytes of nibbles.
+        "dq.iq4_xs": (random_blocks(4, 136, [0]).reshape(2, 272), T.IQ4_XS),
         # Last, 192 bytes (a multiple of the alignment): the file ends with its data.
         "dq.f32_3d": (rng.standard_normal((2, 3, 8)).astype(np.float32), None),
     }
@@ -176,7 +189,7 @@ def main() -> None:
 
     unsupported = OUT / "unsupported.gguf"
     write(unsupported, "qwen2", None, lambda w: None, {
-        "t.q5_k": (random_blocks(1, 176, [0, 2]), T.Q5_K),
+        "t.iq2_xxs": (random_blocks(1, 66, [0]), T.IQ2_XXS),
         "t.unknown": (np.zeros((1, 8), dtype=np.float32), None),
     })
     # Give t.unknown a ggml type id that exists nowhere: after its name come

@@ -217,7 +217,10 @@ fn dequantizes_every_supported_type_exactly_like_gguf_py() {
         assert_eq!(bits(&values), u32s(&want["bits"]), "{name}");
         types.insert(want["type"].as_str().unwrap().to_string());
     }
-    let all = ["BF16", "F16", "F32", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0"];
+    let all = [
+        "BF16", "F16", "F32", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K",
+        "Q6_K", "Q8_0",
+    ];
     assert_eq!(types, all.iter().map(|t| t.to_string()).collect());
 }
 
@@ -280,17 +283,18 @@ fn every_truncation_fails_with_an_error_naming_the_file() {
 fn unsupported_and_unknown_types_are_errors_naming_tensor_and_type() {
     let file = GgufFile::open(fixture("unsupported.gguf")).unwrap();
     assert_eq!(file.alignment(), 32);
-    assert_eq!(file.tensor("t.q5_k").unwrap().ggml_type.name(), Some("Q5_K"));
+    assert_eq!(file.tensor("t.iq2_xxs").unwrap().ggml_type.name(), Some("IQ2_XXS"));
     assert_eq!(file.tensor("t.unknown").unwrap().ggml_type, GgmlType(99));
-    assert_tensor_error(&file.tensor_f32("t.q5_k").unwrap_err(), "t.q5_k", "Q5_K (13)");
+    assert_tensor_error(&file.tensor_f32("t.iq2_xxs").unwrap_err(), "t.iq2_xxs", "IQ2_XXS (16)");
     assert_tensor_error(&file.tensor_f32("t.unknown").unwrap_err(), "t.unknown", "unknown (99)");
     assert_tensor_error(&file.tensor_f32("t.absent").unwrap_err(), "t.absent", "no such tensor");
-    let err = file.tensor_f32("t.q5_k").unwrap_err().to_string();
+    let err = file.tensor_f32("t.iq2_xxs").unwrap_err().to_string();
     assert!(
         err.contains(&fixture("unsupported.gguf").display().to_string()),
         "{err}"
     );
-    let supported = "grpo reads F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, BF16";
+    let supported =
+        "grpo reads F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16";
     assert!(err.contains(supported), "{err}");
 }
 
@@ -517,7 +521,7 @@ fn refuses_other_architectures() {
     let file = GgufFile::open(fixture("unsupported.gguf")).unwrap();
     for err in [
         hf_config_json(&file).unwrap_err(),
-        hf_tensor_f32(&file, "t.q5_k").unwrap_err(),
+        hf_tensor_f32(&file, "t.iq2_xxs").unwrap_err(),
     ] {
         match &err {
             Error::Config { field, message } => {

@@ -1,11 +1,16 @@
 //! Model configuration read from a Hugging Face `config.json`.
 //!
-//! Llama, Qwen2 and Qwen3 share one decoder; the differences are data here:
-//! q/k/v biases (Qwen2, or Llama's `attention_bias`), per-head q/k RMS norms
-//! (Qwen3), a head dimension that may differ from `hidden / heads`, tied
-//! embeddings, and Llama 3 RoPE scaling. Anything the decoder does not
-//! implement (another activation, sliding windows, other RoPE types) is
-//! refused with an error naming the field.
+//! Llama, Mistral, Phi-3, Qwen2 and Qwen3 share one decoder; the
+//! differences are data here: q/k/v biases (Qwen2, or Llama's
+//! `attention_bias`), per-head q/k RMS norms (Qwen3), fused q/k/v and
+//! gate/up projections (Phi-3), a head dimension that may differ from
+//! `hidden / heads`, tied embeddings, and Llama 3 RoPE scaling. A sliding
+//! window of `W` tokens (Mistral's and Phi-3's `sliding_window`) caps the
+//! context at `W`: up to there every token sees all earlier ones, as in full
+//! attention, and beyond it the window would change attention, which the
+//! decoder does not implement. Anything else it does not implement (another
+//! activation, partial rotary embeddings, other RoPE types) is refused with
+//! an error naming the field.
 
 use std::path::Path;
 
@@ -23,7 +28,20 @@ pub enum Family {
     Qwen2,
     /// `Qwen3ForCausalLM`.
     Qwen3,
+    /// `MistralForCausalLM` (Mistral 7B, Ministral).
+    Mistral,
+    /// `Phi3ForCausalLM` (Phi-3, Phi-3.5 and Phi-4 mini).
+    Phi3,
 }
+
+/// Every family, in the order errors list them.
+const FAMILIES: [Family; 5] = [
+    Family::Llama,
+    Family::Mistral,
+    Family::Phi3,
+    Family::Qwen2,
+    Family::Qwen3,
+];
 
 impl Family {
     /// The Hugging Face architecture name.
@@ -32,6 +50,8 @@ impl Family {
             Family::Llama => "LlamaForCausalLM",
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::Mistral => "MistralForCausalLM",
+            Family::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -41,6 +61,8 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Mistral => "mistral",
+            Family::Phi3 => "phi3",
         }
     }
 }
@@ -49,10 +71,10 @@ impl std::str::FromStr for Family {
     type Err = Error;
 
     fn from_str(name: &str) -> Result<Family> {
-        [Family::Llama, Family::Qwen2, Family::Qwen3]
-            .into_iter()
-            .find(|f| f.model_type() == name)
-            .ok_or_else(|| unsupported("family", format!("`{name}` is not one of llama, qwen2, qwen3")))
+        FAMILIES.into_iter().find(|f| f.model_type() == name).ok_or_else(|| {
+            let names: Vec<&str> = FAMILIES.iter().map(|f| f.model_type()).collect();
+            unsupported("family", format!("`{name}` is not one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -94,8 +116,15 @@ pub struct ModelConfig {
     pub rope_scaling: Option<Llama3RopeScaling>,
     /// RMS norm epsilon.
     pub rms_norm_eps: f64,
-    /// Longest context.
+    /// Longest context grpo runs: the model's, capped at its sliding window.
     pub max_positions: usize,
+    /// `max_position_embeddings` as the config gives it.
+    pub max_position_embeddings: usize,
+    /// The sliding attention window (Mistral, Phi-3), if the model has one.
+    pub sliding_window: Option<usize>,
+    /// Whether q/k/v come from one `qkv_proj` and gate/up from one
+    /// `gate_up_proj` (Phi-3).
+    pub fused_projections: bool,
     /// Whether `lm_head` is the embedding matrix.
     pub tie_embeddings: bool,
     /// Whether q/k/v projections have biases.
@@ -134,6 +163,8 @@ struct RawConfig {
     hidden_act: Option<String>,
     #[serde(default)]
     use_sliding_window: bool,
+    sliding_window: Option<usize>,
+    partial_rotary_factor: Option<f64>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<Value>,
 }
@@ -173,6 +204,26 @@ impl ModelConfig {
                 "sliding-window attention is not supported",
             ));
         }
+        // Top-level in older configs, inside `rope_parameters` in transformers 5's.
+        let partial = raw
+            .rope_parameters
+            .as_ref()
+            .and_then(|p| p.get("partial_rotary_factor"));
+        let partial = partial.and_then(Value::as_f64).or(raw.partial_rotary_factor);
+        if let Some(factor) = partial.filter(|&f| f != 1.0) {
+            return Err(unsupported(
+                "partial_rotary_factor",
+                format!("{factor}: rotary embeddings over part of each head are not supported (only 1.0)"),
+            ));
+        }
+        // Qwen2 and Qwen3 write a window they do not use (`use_sliding_window` false).
+        let sliding_window = match family {
+            Family::Mistral | Family::Phi3 => raw.sliding_window,
+            Family::Llama | Family::Qwen2 | Family::Qwen3 => None,
+        };
+        if sliding_window == Some(0) {
+            return Err(unsupported("sliding_window", "a window of 0 tokens sees nothing"));
+        }
         if raw.mlp_bias {
             return Err(unsupported("mlp_bias", "MLP biases are not supported"));
         }
@@ -194,6 +245,7 @@ impl ModelConfig {
         let qkv_bias = match family {
             Family::Qwen2 => true,
             Family::Llama | Family::Qwen3 => raw.attention_bias.unwrap_or(false),
+            Family::Mistral | Family::Phi3 => false,
         };
         Ok(ModelConfig {
             family,
@@ -213,7 +265,10 @@ impl ModelConfig {
                 .unwrap_or(10_000.0),
             rope_scaling: rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
             rms_norm_eps: raw.rms_norm_eps,
-            max_positions: raw.max_position_embeddings,
+            max_positions: sliding_window.map_or(raw.max_position_embeddings, |w| w.min(raw.max_position_embeddings)),
+            max_position_embeddings: raw.max_position_embeddings,
+            sliding_window,
+            fused_projections: family == Family::Phi3,
             tie_embeddings: raw.tie_word_embeddings,
             qkv_bias,
             qk_norm: family == Family::Qwen3,
@@ -281,7 +336,7 @@ impl ModelConfig {
             "rope_theta": self.rope_theta,
             "rope_scaling": rope_scaling,
             "rms_norm_eps": self.rms_norm_eps,
-            "max_position_embeddings": self.max_positions,
+            "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": self.tie_embeddings,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_ids.first(),
@@ -291,29 +346,31 @@ impl ModelConfig {
             json["attention_bias"] = Value::Bool(self.qkv_bias);
             json["mlp_bias"] = Value::Bool(false);
         }
+        if matches!(self.family, Family::Mistral | Family::Phi3) {
+            json["sliding_window"] = self.sliding_window.into();
+        }
         json
     }
 }
 
 fn family_of(raw: &RawConfig) -> Result<Family> {
-    let by_architecture = raw.architectures.iter().find_map(|a| match a.as_str() {
-        "LlamaForCausalLM" => Some(Family::Llama),
-        "Qwen2ForCausalLM" => Some(Family::Qwen2),
-        "Qwen3ForCausalLM" => Some(Family::Qwen3),
-        _ => None,
-    });
-    let by_type = raw.model_type.as_deref().and_then(|t| match t {
-        "llama" => Some(Family::Llama),
-        "qwen2" => Some(Family::Qwen2),
-        "qwen3" => Some(Family::Qwen3),
-        _ => None,
-    });
+    let by_architecture = raw
+        .architectures
+        .iter()
+        .find_map(|a| FAMILIES.into_iter().find(|f| f.architecture() == a));
+    let by_type = raw
+        .model_type
+        .as_deref()
+        .and_then(|t| FAMILIES.into_iter().find(|f| f.model_type() == t));
     by_architecture.or(by_type).ok_or_else(|| {
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.architecture()).collect();
         unsupported(
             "architectures",
             format!(
-                "{:?} (model_type {:?}) is not supported; grpo runs LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM",
-                raw.architectures, raw.model_type
+                "{:?} (model_type {:?}) is not supported; grpo runs {}",
+                raw.architectures,
+                raw.model_type,
+                names.join(", ")
             ),
         )
     })
@@ -391,15 +448,59 @@ mod tests {
     }
 
     #[test]
+    fn sliding_windows_cap_the_context_and_read_back() {
+        let mistral = LLAMA
+            .replace("LlamaForCausalLM", "MistralForCausalLM")
+            .replace("\"llama\"", "\"mistral\"")
+            .replace("\"rms_norm_eps\"", "\"sliding_window\": 4096, \"rms_norm_eps\"");
+        let c = ModelConfig::from_json(&mistral).unwrap();
+        assert_eq!(
+            (c.family, c.max_positions, c.max_position_embeddings),
+            (Family::Mistral, 4096, 8192)
+        );
+        assert_eq!(c.sliding_window, Some(4096));
+        assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
+        let unbounded = mistral.replace("\"sliding_window\": 4096", "\"sliding_window\": null");
+        assert_eq!(ModelConfig::from_json(&unbounded).unwrap().max_positions, 8192);
+        // Qwen2's window is unused unless `use_sliding_window` says otherwise.
+        let qwen2 = LLAMA
+            .replace("LlamaForCausalLM", "Qwen2ForCausalLM")
+            .replace("\"llama\"", "\"qwen2\"")
+            .replace("\"rms_norm_eps\"", "\"sliding_window\": 4096, \"rms_norm_eps\"");
+        assert_eq!(ModelConfig::from_json(&qwen2).unwrap().max_positions, 8192);
+        let phi3 = LLAMA
+            .replace("LlamaForCausalLM", "Phi3ForCausalLM")
+            .replace("\"llama\"", "\"phi3\"");
+        let c = ModelConfig::from_json(&phi3).unwrap();
+        assert!(c.fused_projections && c.family == Family::Phi3);
+        assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
+    }
+
+    #[test]
     fn refuses_what_it_cannot_run() {
         let other = LLAMA
-            .replace("LlamaForCausalLM", "MistralForCausalLM")
-            .replace("\"llama\"", "\"mistral\"");
+            .replace("LlamaForCausalLM", "GemmaForCausalLM")
+            .replace("\"llama\"", "\"gemma\"");
         let error = ModelConfig::from_json(&other).unwrap_err().to_string();
         assert!(
-            error.contains("MistralForCausalLM") && error.contains("architectures"),
+            error.contains("GemmaForCausalLM") && error.contains("architectures") && error.contains("Phi3ForCausalLM"),
             "{error}"
         );
+        let partial = LLAMA.replace("\"rms_norm_eps\"", "\"partial_rotary_factor\": 0.75, \"rms_norm_eps\"");
+        let error = ModelConfig::from_json(&partial).unwrap_err().to_string();
+        assert!(error.contains("partial_rotary_factor"), "{error}");
+        let nested = LLAMA.replace(
+            "\"rope_theta\": 100000.0",
+            "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 100000.0, \"partial_rotary_factor\": 0.5}",
+        );
+        let error = ModelConfig::from_json(&nested).unwrap_err().to_string();
+        assert!(error.contains("partial_rotary_factor"), "{error}");
+        let empty_window = LLAMA
+            .replace("LlamaForCausalLM", "MistralForCausalLM")
+            .replace("\"llama\"", "\"mistral\"")
+            .replace("\"rms_norm_eps\"", "\"sliding_window\": 0, \"rms_norm_eps\"");
+        let error = ModelConfig::from_json(&empty_window).unwrap_err().to_string();
+        assert!(error.contains("sliding_window"), "{error}");
         let gelu = LLAMA.replace("\"silu\"", "\"gelu\"");
         assert!(
             ModelConfig::from_json(&gelu)

@@ -1,7 +1,8 @@
-//! The Llama / Qwen2 / Qwen3 decoder as traced grpo-xla code, following
-//! transformers' eager implementation: RMSNorm, grouped-query attention with
-//! rotate-half RoPE, SwiGLU, residuals; q/k/v biases and per-head q/k norms
-//! where the config asks for them.
+//! The Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoder as traced grpo-xla
+//! code, following transformers' eager implementation: RMSNorm,
+//! grouped-query attention with rotate-half RoPE, SwiGLU, residuals; q/k/v
+//! biases, per-head q/k norms and fused projections where the config asks
+//! for them.
 //!
 //! Attention takes its keys and values as tensors with a key mask, so the
 //! same block serves training (keys = this sequence) and generation (keys =
@@ -368,11 +369,22 @@ impl Decoder {
                     .transpose(&[0, 2, 1, 3])
             };
             let h = rms_norm(&x, p("input_layernorm.weight")?, c.rms_norm_eps)?;
-            let (mut q, mut k, v) = (
-                project("q_proj", heads, &h)?,
-                project("k_proj", kv, &h)?,
-                project("v_proj", kv, &h)?,
-            );
+            let (mut q, mut k, v) = if c.fused_projections {
+                // Phi-3: one product, then the query, key and value columns.
+                let qkv = linear(&h, p("self_attn.qkv_proj.weight")?, None)?;
+                let heads_of = |from: i64, n: i64| -> Result<Tensor> {
+                    qkv.slice_axis(2, from * hd, (from + n) * hd)?
+                        .reshape(&[b, t, n, hd])?
+                        .transpose(&[0, 2, 1, 3])
+                };
+                (heads_of(0, heads)?, heads_of(heads, kv)?, heads_of(heads + kv, kv)?)
+            } else {
+                (
+                    project("q_proj", heads, &h)?,
+                    project("k_proj", kv, &h)?,
+                    project("v_proj", kv, &h)?,
+                )
+            };
             if c.qk_norm {
                 q = rms_norm(&q, p("self_attn.q_norm.weight")?, c.rms_norm_eps)?;
                 k = rms_norm(&k, p("self_attn.k_norm.weight")?, c.rms_norm_eps)?;
@@ -382,8 +394,18 @@ impl Decoder {
                 .reshape(&[b, t, heads * hd])?;
             x = x.add(&linear(&context, p("self_attn.o_proj.weight")?, None)?)?;
             let h = rms_norm(&x, p("post_attention_layernorm.weight")?, c.rms_norm_eps)?;
-            let gate = linear(&h, p("mlp.gate_proj.weight")?, None)?.silu()?;
-            let up = linear(&h, p("mlp.up_proj.weight")?, None)?;
+            let (gate, up) = if c.fused_projections {
+                // Phi-3: the gate's columns, then the up projection's.
+                let fused = linear(&h, p("mlp.gate_up_proj.weight")?, None)?;
+                let i = c.intermediate_size as i64;
+                (fused.slice_axis(2, 0, i)?, fused.slice_axis(2, i, 2 * i)?)
+            } else {
+                (
+                    linear(&h, p("mlp.gate_proj.weight")?, None)?,
+                    linear(&h, p("mlp.up_proj.weight")?, None)?,
+                )
+            };
+            let gate = gate.silu()?;
             x = x.add(&linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?)?;
         }
         rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)

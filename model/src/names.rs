@@ -42,10 +42,14 @@ pub fn parameters(config: &ModelConfig) -> Vec<ParamSpec> {
         let block = model.pp("layers").pp(layer);
         add(block.pp("input_layernorm").name("weight"), vec![h]);
         let attn = block.pp("self_attn");
-        for (proj, out_dim) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
-            add(attn.pp(proj).name("weight"), vec![out_dim, h]);
-            if config.qkv_bias {
-                add(attn.pp(proj).name("bias"), vec![out_dim]);
+        if config.fused_projections {
+            add(attn.pp("qkv_proj").name("weight"), vec![q + 2 * kv, h]);
+        } else {
+            for (proj, out_dim) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+                add(attn.pp(proj).name("weight"), vec![out_dim, h]);
+                if config.qkv_bias {
+                    add(attn.pp(proj).name("bias"), vec![out_dim]);
+                }
             }
         }
         add(attn.pp("o_proj").name("weight"), vec![h, q]);
@@ -55,8 +59,12 @@ pub fn parameters(config: &ModelConfig) -> Vec<ParamSpec> {
         }
         add(block.pp("post_attention_layernorm").name("weight"), vec![h]);
         let mlp = block.pp("mlp");
-        add(mlp.pp("gate_proj").name("weight"), vec![i, h]);
-        add(mlp.pp("up_proj").name("weight"), vec![i, h]);
+        if config.fused_projections {
+            add(mlp.pp("gate_up_proj").name("weight"), vec![2 * i, h]);
+        } else {
+            add(mlp.pp("gate_proj").name("weight"), vec![i, h]);
+            add(mlp.pp("up_proj").name("weight"), vec![i, h]);
+        }
         add(mlp.pp("down_proj").name("weight"), vec![h, i]);
     }
     add(model.pp("norm").name("weight"), vec![h]);

@@ -192,3 +192,13 @@ fn qwen2_decodes_through_the_cache() {
 fn qwen3_decodes_through_the_cache() {
     check("qwen3");
 }
+
+#[test]
+fn mistral_decodes_through_the_cache() {
+    check("mistral");
+}
+
+#[test]
+fn phi3_decodes_through_the_cache() {
+    check("phi3");
+}

@@ -133,6 +133,16 @@ fn qwen3_matches_transformers() {
     check_family("qwen3");
 }
 
+#[test]
+fn mistral_matches_transformers() {
+    check_family("mistral");
+}
+
+#[test]
+fn phi3_matches_transformers() {
+    check_family("phi3");
+}
+
 /// The bucketed runner pads to 16 tokens; real positions must not change.
 #[test]
 fn the_logprobs_runner_pads_without_changing_results() {

@@ -95,12 +95,12 @@ FAMILIES = [
     ("qwen3", Qwen3Config, Qwen3ForCausalLM, modeling_qwen3,
      dict(head_dim=16, tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT,
           attention_bias=False, use_sliding_window=False)),
-    # A window wider than the batch's 12 tokens: grpo caps the context at it.
+    # Sliding windows narrower than the batch's 12 tokens, so that they matter.
     ("mistral", MistralConfig, MistralForCausalLM, modeling_mistral,
-     dict(head_dim=8, tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, sliding_window=32)),
+     dict(head_dim=8, tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, sliding_window=5)),
     # Fused qkv_proj and gate_up_proj.
     ("phi3", Phi3Config, Phi3ForCausalLM, modeling_phi3,
-     dict(tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, sliding_window=48,
+     dict(tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, sliding_window=7,
           resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)),
 ]
 
@@ -234,7 +234,7 @@ def make(index, family, config_cls, model_cls, module, extra):
         check(any(n.endswith("qkv_proj.weight") for n in names), "phi3 fused qkv")
         check(any(n.endswith("gate_up_proj.weight") for n in names), "phi3 fused gate/up")
     if family in ("mistral", "phi3"):
-        check(SEQ <= cfg.sliding_window < cfg.max_position_embeddings, f"{family} window within the context")
+        check(cfg.sliding_window < SEQ - PAD_TAIL, f"{family} window narrower than every row")
 
     # f32, as the model runs.
     lp32, ent32, mask32, shifted32, g32 = grads_of_masked_sum(model, input_ids, attention_mask)
@@ -364,15 +364,14 @@ One directory per family, `model.save_pretrained(dir, safe_serialization=True)`
 | `llama/` | `LlamaForCausalLM` | 0 | 8 | no | none | llama3: factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 16 |
 | `qwen2/` | `Qwen2ForCausalLM` | 1 | 8 (= hidden / heads) | yes | q/k/v | default |
 | `qwen3/` | `Qwen3ForCausalLM` | 2 | 16 (heads x head_dim = 64 != hidden 32) | no | none (q_norm/k_norm instead) | default |
-| `mistral/` | `MistralForCausalLM` | 3 | 8 | no | none | default; `sliding_window` 32 |
-| `phi3/` | `Phi3ForCausalLM` | 4 | 8 | no | none; fused `qkv_proj` and `gate_up_proj` | default; `sliding_window` 48 |
+| `mistral/` | `MistralForCausalLM` | 3 | 8 | no | none | default; `sliding_window` 5 |
+| `phi3/` | `Phi3ForCausalLM` | 4 | 8 | no | none; fused `qkv_proj` and `gate_up_proj` | default; `sliding_window` 7 |
 
 Common: f32, vocab_size 128, hidden_size 32, intermediate_size 64,
 num_hidden_layers 2, num_attention_heads 4, num_key_value_heads 2 (GQA),
 max_position_embeddings 64, rope_theta 10000, rms_norm_eps 1e-6, silu,
-attn_implementation "eager". Mistral's and Phi-3's windows are wider than the
-12-token batch, so every token sees all earlier ones (grpo caps their
-context at the window).
+attn_implementation "eager". Mistral's and Phi-3's sliding windows are
+narrower than both rows, so later tokens no longer see the first ones.
 
 `config.json` is written by transformers 5, which stores the rope settings as
 `"rope_parameters": {{"rope_type": ..., "rope_theta": 10000.0, ...}}` (with the

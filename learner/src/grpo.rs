@@ -438,7 +438,7 @@ impl Task for GrpoTask {
             let nothing = StepMetrics {
                 loss: 0.0,
                 grad_norm: 0.0,
-                metrics: vec![0.0; 4],
+                metrics: vec![0.0; GrpoObjective::METRICS],
             };
             (nothing, 0)
         } else {

@@ -4,13 +4,11 @@
 //! differences are data here: q/k/v biases (Qwen2, or Llama's
 //! `attention_bias`), per-head q/k RMS norms (Qwen3), fused q/k/v and
 //! gate/up projections (Phi-3), a head dimension that may differ from
-//! `hidden / heads`, tied embeddings, and Llama 3 RoPE scaling. A sliding
-//! window of `W` tokens (Mistral's and Phi-3's `sliding_window`) caps the
-//! context at `W`: up to there every token sees all earlier ones, as in full
-//! attention, and beyond it the window would change attention, which the
-//! decoder does not implement. Anything else it does not implement (another
-//! activation, partial rotary embeddings, other RoPE types) is refused with
-//! an error naming the field.
+//! `hidden / heads`, tied embeddings, Llama 3 RoPE scaling, and sliding
+//! attention windows (Mistral's and Phi-3's `sliding_window`: each token
+//! sees the `W` latest positions, its own included). Anything else the
+//! decoder does not implement (another activation, partial rotary
+//! embeddings, other RoPE types) is refused with an error naming the field.
 
 use std::path::Path;
 
@@ -116,11 +114,10 @@ pub struct ModelConfig {
     pub rope_scaling: Option<Llama3RopeScaling>,
     /// RMS norm epsilon.
     pub rms_norm_eps: f64,
-    /// Longest context grpo runs: the model's, capped at its sliding window.
+    /// Longest context.
     pub max_positions: usize,
-    /// `max_position_embeddings` as the config gives it.
-    pub max_position_embeddings: usize,
-    /// The sliding attention window (Mistral, Phi-3), if the model has one.
+    /// The sliding attention window of every layer (Mistral, Phi-3), if
+    /// the model has one: a token attends to the last `W` positions.
     pub sliding_window: Option<usize>,
     /// Whether q/k/v come from one `qkv_proj` and gate/up from one
     /// `gate_up_proj` (Phi-3).
@@ -265,8 +262,7 @@ impl ModelConfig {
                 .unwrap_or(10_000.0),
             rope_scaling: rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
             rms_norm_eps: raw.rms_norm_eps,
-            max_positions: sliding_window.map_or(raw.max_position_embeddings, |w| w.min(raw.max_position_embeddings)),
-            max_position_embeddings: raw.max_position_embeddings,
+            max_positions: raw.max_position_embeddings,
             sliding_window,
             fused_projections: family == Family::Phi3,
             tie_embeddings: raw.tie_word_embeddings,
@@ -275,6 +271,11 @@ impl ModelConfig {
             bos_token_id: raw.bos_token_id,
             eos_token_ids: token_ids(raw.eos_token_id.as_ref())?,
         })
+    }
+
+    /// Whether layer `layer` attends through the sliding window.
+    pub fn slides(&self, _layer: usize) -> bool {
+        self.sliding_window.is_some()
     }
 
     /// The RoPE inverse frequencies, one per pair of head dimensions, with
@@ -336,7 +337,7 @@ impl ModelConfig {
             "rope_theta": self.rope_theta,
             "rope_scaling": rope_scaling,
             "rms_norm_eps": self.rms_norm_eps,
-            "max_position_embeddings": self.max_position_embeddings,
+            "max_position_embeddings": self.max_positions,
             "tie_word_embeddings": self.tie_embeddings,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_ids.first(),
@@ -448,26 +449,26 @@ mod tests {
     }
 
     #[test]
-    fn sliding_windows_cap_the_context_and_read_back() {
+    fn sliding_windows_and_fused_projections_read_back() {
         let mistral = LLAMA
             .replace("LlamaForCausalLM", "MistralForCausalLM")
             .replace("\"llama\"", "\"mistral\"")
             .replace("\"rms_norm_eps\"", "\"sliding_window\": 4096, \"rms_norm_eps\"");
         let c = ModelConfig::from_json(&mistral).unwrap();
         assert_eq!(
-            (c.family, c.max_positions, c.max_position_embeddings),
-            (Family::Mistral, 4096, 8192)
+            (c.family, c.max_positions, c.sliding_window),
+            (Family::Mistral, 8192, Some(4096))
         );
-        assert_eq!(c.sliding_window, Some(4096));
+        assert!(c.slides(0) && c.slides(29));
         assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
         let unbounded = mistral.replace("\"sliding_window\": 4096", "\"sliding_window\": null");
-        assert_eq!(ModelConfig::from_json(&unbounded).unwrap().max_positions, 8192);
+        assert!(!ModelConfig::from_json(&unbounded).unwrap().slides(0));
         // Qwen2's window is unused unless `use_sliding_window` says otherwise.
         let qwen2 = LLAMA
             .replace("LlamaForCausalLM", "Qwen2ForCausalLM")
             .replace("\"llama\"", "\"qwen2\"")
             .replace("\"rms_norm_eps\"", "\"sliding_window\": 4096, \"rms_norm_eps\"");
-        assert_eq!(ModelConfig::from_json(&qwen2).unwrap().max_positions, 8192);
+        assert_eq!(ModelConfig::from_json(&qwen2).unwrap().sliding_window, None);
         let phi3 = LLAMA
             .replace("LlamaForCausalLM", "Phi3ForCausalLM")
             .replace("\"llama\"", "\"phi3\"");

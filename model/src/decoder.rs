@@ -81,6 +81,43 @@ fn causal_mask(mask: &Tensor) -> Result<Tensor> {
     col.le(&row)?.reshape(&[1, t, t])?.and(&mask.reshape(&[b, 1, t])?)
 }
 
+/// What each layer's queries may see in one forward: the causal (and
+/// padding) mask, and where the model has a sliding window, the same
+/// restricted to the keys less than the window behind each query
+/// (transformers' `kv_idx > q_idx − sliding_window`, over positions).
+struct Masks {
+    full: Tensor,
+    sliding: Option<Tensor>,
+}
+
+impl Masks {
+    /// The masks of `full` (`[B, T, S]`) for queries at `queries` `[B, T]`
+    /// over keys at `keys` (`[B, S]` or `[1, S]`), under `config`'s window.
+    fn new(config: &ModelConfig, full: Tensor, queries: &Tensor, keys: &Tensor) -> Result<Masks> {
+        let sliding = match config.sliding_window {
+            Some(window) => {
+                let (b, t) = (queries.dims()[0], queries.dims()[1]);
+                let (kb, s) = (keys.dims()[0], keys.dims()[1]);
+                let oldest = queries
+                    .reshape(&[b, t, 1])?
+                    .sub(&queries.full_like(window as f64)?.reshape(&[b, t, 1])?)?;
+                let near = keys.reshape(&[kb, 1, s])?.gt(&oldest)?;
+                Some(full.and(&near)?)
+            }
+            None => None,
+        };
+        Ok(Masks { full, sliding })
+    }
+
+    /// The mask of `layer`'s attention.
+    fn of(&self, config: &ModelConfig, layer: usize) -> &Tensor {
+        match &self.sliding {
+            Some(sliding) if config.slides(layer) => sliding,
+            _ => &self.full,
+        }
+    }
+}
+
 /// `cache` `[S, kv, C, hd]` with `new` `[B, kv, T, hd]` written at row
 /// `rows[b]` (`[B]`), position `positions[b, t]`; tokens at position −1 (or
 /// in a row −1) write nothing.
@@ -203,8 +240,10 @@ impl Decoder {
     /// `[B, T]`, where `mask` `[B, T]` (pred) marks real tokens: each token
     /// attends to the real tokens at or before it.
     pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let allowed = causal_mask(mask)?;
-        let hidden = self.forward(tensors, ids, positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        let masks = Masks::new(&self.config, causal_mask(mask)?, positions, positions)?;
+        let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
+            self.attend(&q, &k, &v, masks.of(&self.config, layer))
+        })?;
         self.head(tensors, &hidden)
     }
 
@@ -284,8 +323,9 @@ impl Decoder {
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let graph = ids.graph();
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
-        let visible = graph.iota(ElementType::S32, &[1, 1, window], 2)?;
-        let allowed = visible.le(&positions.reshape(&[b, t, 1])?)?;
+        let visible = graph.iota(ElementType::S32, &[1, window], 1)?;
+        let allowed = visible.reshape(&[1, 1, window])?.le(&positions.reshape(&[b, t, 1])?)?;
+        let masks = Masks::new(&self.config, allowed, positions, &visible)?;
         let row_ids = match rows {
             CacheRows::First => graph.iota(ElementType::S32, &[b], 0)?,
             CacheRows::Chosen(rows) => rows.clone(),
@@ -309,7 +349,7 @@ impl Decoder {
         let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
             let k = write_positions(&cache[2 * layer], &k, &row_ids, positions)?;
             let v = write_positions(&cache[2 * layer + 1], &v, &row_ids, positions)?;
-            let context = self.attend(&q, &read(&k)?, &read(&v)?, &allowed)?;
+            let context = self.attend(&q, &read(&k)?, &read(&v)?, masks.of(&self.config, layer))?;
             updated.push(k);
             updated.push(v);
             Ok(context)
@@ -327,9 +367,10 @@ impl Decoder {
         let keys = positions.reshape(&[b, 1, t])?;
         let queries = positions.reshape(&[b, t, 1])?;
         let allowed = keys.le(&queries)?.and(&keys.ge(&keys.zeros_like()?)?)?;
+        let masks = Masks::new(&self.config, allowed, positions, positions)?;
         let mut kv = Vec::with_capacity(2 * self.config.layers);
-        self.forward(tensors, ids, positions, |_, q, k, v| {
-            let context = self.attend(&q, &k, &v, &allowed)?;
+        self.forward(tensors, ids, positions, |layer, q, k, v| {
+            let context = self.attend(&q, &k, &v, masks.of(&self.config, layer))?;
             kv.push(k);
             kv.push(v);
             Ok(context)
@@ -438,8 +479,10 @@ impl Decoder {
         }
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
-        let allowed = causal_mask(mask)?;
-        let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
+        let hidden = self.forward(tensors, ids, &positions, |layer, q, k, v| {
+            self.attend(&q, &k, &v, masks.of(&self.config, layer))
+        })?;
         // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
         let first = t - last;
         let scoring = hidden.slice_axis(1, first - 1, t - 1)?;
@@ -504,7 +547,10 @@ impl Decoder {
         let in_prompt = col.lt(&graph.full(prompt as f64, ElementType::S32, &[t, t])?)?;
         let shared = in_prompt.or(&col.ge(&start)?)?.reshape(&[1, t, t])?;
         let allowed = causal_mask(mask)?.and(&shared)?;
-        let hidden = self.forward(tensors, ids, &positions, |_, q, k, v| self.attend(&q, &k, &v, &allowed))?;
+        let masks = Masks::new(&self.config, allowed, &positions, &positions)?;
+        let hidden = self.forward(tensors, ids, &positions, |layer, q, k, v| {
+            self.attend(&q, &k, &v, masks.of(&self.config, layer))
+        })?;
         // Token 0 of every slot is predicted by the prompt's last hidden state,
         // token j > 0 by its slot's token j − 1.
         let width = hidden.dims()[2];

@@ -111,7 +111,6 @@ pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Opt
         rope_scaling: None,
         rms_norm_eps: 1e-6,
         max_positions: shape.max_positions,
-        max_position_embeddings: shape.max_positions,
         sliding_window: None,
         fused_projections: family == Family::Phi3,
         tie_embeddings: matches!(family, Family::Llama | Family::Qwen2),

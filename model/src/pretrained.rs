@@ -79,21 +79,6 @@ pub fn bundled_model_dir() -> PathBuf {
 impl Pretrained {
     /// Opens `spec`: the bundled name, a `.gguf` file, or a model folder.
     pub fn open(spec: &str) -> Result<Pretrained> {
-        let opened = Pretrained::open_spec(spec)?;
-        let c = &opened.config;
-        if let Some(window) = c.sliding_window.filter(|&w| w < c.max_position_embeddings) {
-            tracing::warn!(
-                "{spec}: its sliding_window of {window} tokens caps the context at {window} \
-                 (max_position_embeddings {}): grpo does not implement windowed attention, \
-                 which changes nothing up to there",
-                c.max_position_embeddings
-            );
-        }
-        Ok(opened)
-    }
-
-    /// [`Pretrained::open`] without the note on sliding windows.
-    fn open_spec(spec: &str) -> Result<Pretrained> {
         if spec == SMOLLM2_NAME {
             let dir = bundled_model_dir();
             if dir.join("config.json").is_file() {

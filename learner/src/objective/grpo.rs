@@ -49,6 +49,9 @@ pub struct GrpoObjective {
 }
 
 impl GrpoObjective {
+    /// How many metrics [`Objective::loss`] returns (see the module's docs).
+    pub const METRICS: usize = 5;
+
     /// The loss of `loss`'s settings over batches used `iterations` times
     /// (more than once: the old log-probs are an input).
     pub fn new(loss: GrpoLoss, iterations: usize) -> GrpoObjective {
@@ -118,15 +121,13 @@ impl Objective for GrpoObjective {
         };
         let out = grpo_loss(&inputs, &self.loss).map_err(to_xla)?;
         let entropy_sum = entropy.mul(completion)?.sum_all()?.stop_gradient()?;
-        Ok((
-            out.loss,
-            vec![
-                out.low_clipped,
-                out.high_clipped,
-                out.kl,
-                entropy_sum,
-                out.logp_difference,
-            ],
-        ))
+        let metrics: [Tensor; Self::METRICS] = [
+            out.low_clipped,
+            out.high_clipped,
+            out.kl,
+            entropy_sum,
+            out.logp_difference,
+        ];
+        Ok((out.loss, metrics.into()))
     }
 }

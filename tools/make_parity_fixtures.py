@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoders: tiny random
+"""Reference fixtures for the Gemma 3 / Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoders: tiny random
 models built with Hugging Face transformers, their per-token log-probabilities
 and entropies on a fixed padded batch, and the gradient of the masked
 log-probability sum with respect to every parameter.
@@ -10,8 +10,8 @@ venv with torch, transformers and safetensors and prints its python):
     "$(tools/venv.sh)" tools/make_parity_fixtures.py
 
 Writes model/tests/fixtures/parity/<family>/{config.json, model.safetensors,
-inputs.json, expected.safetensors} for family in llama, mistral, phi3, qwen2,
-qwen3, and
+inputs.json, expected.safetensors} for family in llama, qwen2, qwen3, mistral,
+phi3, gemma3, and
 model/tests/fixtures/parity/README.md (the definitions, the versions). The
 output is deterministic (CPU, fixed seeds): a rerun rewrites the same bytes.
 """
@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -41,6 +43,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.phi3 import modeling_phi3
@@ -102,6 +105,14 @@ FAMILIES = [
     ("phi3", Phi3Config, Phi3ForCausalLM, modeling_phi3,
      dict(tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, sliding_window=7,
           resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)),
+    # A sliding layer (window 4) then a global one, each with its own RoPE
+    # base; scores scaled by query_pre_attn_scalar 12 (not head_dim 8); tied.
+    ("gemma3", Gemma3TextConfig, Gemma3ForCausalLM, modeling_gemma3,
+     dict(head_dim=8, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+          query_pre_attn_scalar=12, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                           "full_attention": {"rope_type": "default", "rope_theta": 100.0}},
+          final_logit_softcapping=None, attn_logit_softcapping=None)),
 ]
 
 
@@ -138,11 +149,29 @@ def _rotary_forward(self, x, position_ids):
     return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
+def _gemma_norm_forward(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+    return (h * (1.0 + self.weight.to(h.dtype))).type_as(x)
+
+
+def _gemma_rotary_forward(self, x, position_ids, layer_type):
+    dt = torch.promote_types(x.dtype, torch.float32)
+    inv_freq = getattr(self, f"{layer_type}_inv_freq")
+    scaling = getattr(self, f"{layer_type}_attention_scaling")
+    freqs = position_ids[..., None].to(dt) * inv_freq.to(device=x.device, dtype=dt)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * scaling).to(dtype=x.dtype), (emb.sin() * scaling).to(dtype=x.dtype)
+
+
 @contextlib.contextmanager
 def true_f64(module, family):
-    prefix = {"llama": "Llama", "mistral": "Mistral", "phi3": "Phi3", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
+    prefix = {"llama": "Llama", "mistral": "Mistral", "phi3": "Phi3", "qwen2": "Qwen2", "qwen3": "Qwen3",
+              "gemma3": "Gemma3"}[family]
     norm_cls = getattr(module, f"{prefix}RMSNorm")
     rope_cls = getattr(module, f"{prefix}RotaryEmbedding")
+    norm_forward, rope_forward = (
+        (_gemma_norm_forward, _gemma_rotary_forward) if family == "gemma3" else (_rms_norm_forward, _rotary_forward))
     saved = (norm_cls.forward, rope_cls.forward, F.softmax)
     orig_softmax = F.softmax
 
@@ -151,8 +180,7 @@ def true_f64(module, family):
             dtype = torch.float64
         return orig_softmax(input, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
 
-    norm_cls.forward, rope_cls.forward, torch.nn.functional.softmax = (
-        _rms_norm_forward, _rotary_forward, softmax)
+    norm_cls.forward, rope_cls.forward, torch.nn.functional.softmax = (norm_forward, rope_forward, softmax)
     try:
         yield
     finally:
@@ -187,12 +215,17 @@ def grads_of_masked_sum(model, input_ids, attention_mask):
 
 def build(index, family, config_cls, model_cls, extra):
     torch.manual_seed(index)
-    config = config_cls(**COMMON, **extra)
+    common = dict(COMMON)
+    if family == "gemma3":
+        del common["hidden_act"]  # Gemma 3 names it hidden_activation
+    config = config_cls(**common, **extra)
     model = model_cls(config).to(torch.float32)
+    # Gemma's norms scale by 1 + weight: the same scales as the others' weights.
+    norm_mean = 0.0 if family == "gemma3" else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # input/post_attention_layernorm, model.norm, q_norm, k_norm
-                p.copy_(1.0 + NORM_STD * torch.randn_like(p))
+                p.copy_(norm_mean + NORM_STD * torch.randn_like(p))
             elif name.endswith(".bias"):
                 p.copy_(BIAS_STD * torch.randn_like(p))
             else:
@@ -223,11 +256,17 @@ def make(index, family, config_cls, model_cls, module, extra):
             if n.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
                 check(bool((p != 0).all()), f"{n} has zeros")
         check(sum(n.endswith("proj.bias") for n in names) == 3 * cfg.num_hidden_layers, "qwen2 q/k/v biases")
-        check("lm_head.weight" not in names, "tied lm_head listed once, as model.embed_tokens.weight")
-        check(model.lm_head.weight is model.model.embed_tokens.weight, "qwen2 tie")
     else:
         check(not any(n.endswith(".bias") for n in names), f"{family} has no biases")
+    if cfg.tie_word_embeddings:
+        check("lm_head.weight" not in names, "tied lm_head listed once, as model.embed_tokens.weight")
+        check(model.lm_head.weight is model.model.embed_tokens.weight, f"{family} tie")
+    else:
         check("lm_head.weight" in names, f"{family} untied lm_head")
+    if family == "gemma3":
+        check(cfg.layer_types == ["sliding_attention", "full_attention"], "gemma3 layer types")
+        check(cfg.sliding_window < SEQ - PAD_TAIL, "gemma3 window narrower than every row")
+        check(cfg.query_pre_attn_scalar != cfg.head_dim, "gemma3 score scale differs from head_dim")
     if family == "llama":
         check(cfg.rope_parameters["rope_type"] == "llama3", "llama3 rope scaling")
     if family == "phi3":
@@ -312,9 +351,13 @@ def make(index, family, config_cls, model_cls, module, extra):
     # rope_scaling for llama3) means the same model to transformers.
     legacy = json.loads((d / "config.json").read_text())
     rope = legacy.pop("rope_parameters")
-    legacy["rope_theta"] = rope["rope_theta"]
-    if rope["rope_type"] != "default":
-        legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    if family == "gemma3":
+        legacy["rope_theta"] = rope["full_attention"]["rope_theta"]
+        legacy["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+    else:
+        legacy["rope_theta"] = rope["rope_theta"]
+        if rope["rope_type"] != "default":
+            legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     legacy_cfg = config_cls.from_dict(legacy, attn_implementation="eager")
     check(legacy_cfg.rope_parameters == cfg.rope_parameters,
           f"{family} legacy rope config: {legacy_cfg.rope_parameters} != {cfg.rope_parameters}")
@@ -338,7 +381,7 @@ def make(index, family, config_cls, model_cls, module, extra):
 
 
 README = """\
-# Parity fixtures: Llama, Mistral, Phi-3, Qwen2, Qwen3 against Hugging Face transformers
+# Parity fixtures: Gemma 3, Llama, Mistral, Phi-3, Qwen2, Qwen3 against Hugging Face transformers
 
 Generated by `tools/make_parity_fixtures.py`; regenerate from the repository
 root with
@@ -366,6 +409,7 @@ One directory per family, `model.save_pretrained(dir, safe_serialization=True)`
 | `qwen3/` | `Qwen3ForCausalLM` | 2 | 16 (heads x head_dim = 64 != hidden 32) | no | none (q_norm/k_norm instead) | default |
 | `mistral/` | `MistralForCausalLM` | 3 | 8 | no | none | default; `sliding_window` 5 |
 | `phi3/` | `Phi3ForCausalLM` | 4 | 8 | no | none; fused `qkv_proj` and `gate_up_proj` | default; `sliding_window` 7 |
+| `gemma3/` | `Gemma3ForCausalLM` | 5 | 8 (scores scaled by `query_pre_attn_scalar` 12) | yes | none (q_norm/k_norm; norms are offsets from 1, initialized 0.1 randn) | layer 0 sliding (window 4, base 10000), layer 1 global (base 100); GELU (tanh) |
 
 Common: f32, vocab_size 128, hidden_size 32, intermediate_size 64,
 num_hidden_layers 2, num_attention_heads 4, num_key_value_heads 2 (GQA),

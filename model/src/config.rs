@@ -1,12 +1,14 @@
 //! Model configuration read from a Hugging Face `config.json`.
 //!
-//! Llama, Mistral, Phi-3, Qwen2 and Qwen3 share one decoder; the
+//! Llama, Mistral, Phi-3, Qwen2, Qwen3 and Gemma 3 share one decoder; the
 //! differences are data here: q/k/v biases (Qwen2, or Llama's
-//! `attention_bias`), per-head q/k RMS norms (Qwen3), fused q/k/v and
-//! gate/up projections (Phi-3), a head dimension that may differ from
-//! `hidden / heads`, tied embeddings, Llama 3 RoPE scaling, and sliding
-//! attention windows (Mistral's and Phi-3's `sliding_window`: each token
-//! sees the `W` latest positions, its own included). Anything else the
+//! `attention_bias`), per-head q/k RMS norms (Qwen3, Gemma 3), fused q/k/v
+//! and gate/up projections (Phi-3), Gemma 3's style ([`GemmaStyle`]),
+//! a head dimension that may differ from `hidden / heads`, tied embeddings,
+//! Llama 3 RoPE scaling, and sliding attention windows (Mistral's and
+//! Phi-3's `sliding_window` on every layer, Gemma 3's on its
+//! `sliding_attention` layers: each token sees the `W` latest positions,
+//! its own included). Anything else the
 //! decoder does not implement (another activation, partial rotary
 //! embeddings, other RoPE types) is refused with an error naming the field.
 
@@ -30,10 +32,28 @@ pub enum Family {
     Mistral,
     /// `Phi3ForCausalLM` (Phi-3, Phi-3.5 and Phi-4 mini).
     Phi3,
+    /// `Gemma3ForCausalLM` (Gemma 3's text models: 270M, 1B).
+    Gemma3,
+}
+
+/// What Gemma 3's decoder does beyond the others: embeddings scaled by
+/// √hidden; RMSNorm weights that are offsets from 1, applied in f32; the
+/// attention output and the MLP output normalized before their residual
+/// adds (`post_attention_layernorm`, `post_feedforward_layernorm`; the MLP's
+/// input norm is `pre_feedforward_layernorm`); GELU (tanh) gating; scores
+/// scaled by `query_pre_attn_scalar^-1/2`; and its own RoPE base for the
+/// sliding layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmaStyle {
+    /// The attention scores are divided by its square root.
+    pub query_pre_attn_scalar: f64,
+    /// The RoPE base of the sliding-window layers (the others use `rope_theta`).
+    pub local_rope_theta: f64,
 }
 
 /// Every family, in the order errors list them.
-const FAMILIES: [Family; 5] = [
+const FAMILIES: [Family; 6] = [
+    Family::Gemma3,
     Family::Llama,
     Family::Mistral,
     Family::Phi3,
@@ -50,6 +70,7 @@ impl Family {
             Family::Qwen3 => "Qwen3ForCausalLM",
             Family::Mistral => "MistralForCausalLM",
             Family::Phi3 => "Phi3ForCausalLM",
+            Family::Gemma3 => "Gemma3ForCausalLM",
         }
     }
 
@@ -61,6 +82,7 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Mistral => "mistral",
             Family::Phi3 => "phi3",
+            Family::Gemma3 => "gemma3_text",
         }
     }
 }
@@ -116,9 +138,14 @@ pub struct ModelConfig {
     pub rms_norm_eps: f64,
     /// Longest context.
     pub max_positions: usize,
-    /// The sliding attention window of every layer (Mistral, Phi-3), if
-    /// the model has one: a token attends to the last `W` positions.
+    /// The sliding attention window, if the model has one: a token of a
+    /// sliding layer attends to the last `W` positions.
     pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends through the window (all of Mistral's
+    /// and Phi-3's with a window; Gemma 3's `sliding_attention` layers).
+    pub sliding_layers: Vec<bool>,
+    /// Gemma 3's differences, for that family.
+    pub gemma: Option<GemmaStyle>,
     /// Whether q/k/v come from one `qkv_proj` and gate/up from one
     /// `gate_up_proj` (Phi-3).
     pub fused_projections: bool,
@@ -162,6 +189,14 @@ struct RawConfig {
     use_sliding_window: bool,
     sliding_window: Option<usize>,
     partial_rotary_factor: Option<f64>,
+    hidden_activation: Option<String>,
+    query_pre_attn_scalar: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    sliding_window_pattern: Option<usize>,
+    final_logit_softcapping: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
+    use_bidirectional_attention: Option<bool>,
+    rope_local_base_freq: Option<f64>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<Value>,
 }
@@ -189,10 +224,20 @@ impl ModelConfig {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| Error::format("config.json", format!("not a model config: {e}")))?;
         let family = family_of(&raw)?;
-        if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
+        let (field, activation, runs) = if family == Family::Gemma3 {
+            let given = raw.hidden_activation.as_deref().or(raw.hidden_act.as_deref());
+            (
+                "hidden_activation",
+                given.unwrap_or("gelu_pytorch_tanh"),
+                "gelu_pytorch_tanh",
+            )
+        } else {
+            ("hidden_act", raw.hidden_act.as_deref().unwrap_or("silu"), "silu")
+        };
+        if activation != runs {
             return Err(unsupported(
-                "hidden_act",
-                format!("`{act}` is not supported; the decoder uses silu"),
+                field,
+                format!("`{activation}` is not supported; {} runs {runs}", family.architecture()),
             ));
         }
         if raw.use_sliding_window {
@@ -215,7 +260,7 @@ impl ModelConfig {
         }
         // Qwen2 and Qwen3 write a window they do not use (`use_sliding_window` false).
         let sliding_window = match family {
-            Family::Mistral | Family::Phi3 => raw.sliding_window,
+            Family::Mistral | Family::Phi3 | Family::Gemma3 => raw.sliding_window,
             Family::Llama | Family::Qwen2 | Family::Qwen3 => None,
         };
         if sliding_window == Some(0) {
@@ -243,7 +288,25 @@ impl ModelConfig {
             Family::Qwen2 => true,
             Family::Llama | Family::Qwen3 => raw.attention_bias.unwrap_or(false),
             Family::Mistral | Family::Phi3 => false,
+            Family::Gemma3 => {
+                if raw.attention_bias == Some(true) {
+                    return Err(unsupported(
+                        "attention_bias",
+                        "Gemma 3 with attention biases is not supported",
+                    ));
+                }
+                false
+            }
         };
+        let (gemma, sliding_layers, global_theta) = if family == Family::Gemma3 {
+            let (style, layers, theta) = gemma_style(&raw)?;
+            (Some(style), layers, Some(theta))
+        } else {
+            (None, vec![sliding_window.is_some(); raw.num_hidden_layers], None)
+        };
+        if sliding_window.is_none() && sliding_layers.iter().any(|&s| s) {
+            return Err(unsupported("sliding_window", "sliding layers need a window"));
+        }
         Ok(ModelConfig {
             family,
             vocab_size: raw.vocab_size,
@@ -253,37 +316,56 @@ impl ModelConfig {
             heads,
             kv_heads,
             head_dim,
-            rope_theta: raw
-                .rope_parameters
-                .as_ref()
-                .and_then(|p| p.get("rope_theta"))
-                .and_then(Value::as_f64)
-                .or(raw.rope_theta)
-                .unwrap_or(10_000.0),
-            rope_scaling: rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
+            rope_theta: global_theta.unwrap_or(
+                raw.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(Value::as_f64)
+                    .or(raw.rope_theta)
+                    .unwrap_or(10_000.0),
+            ),
+            rope_scaling: match family {
+                // gemma_style refused every rope type but the default.
+                Family::Gemma3 => None,
+                _ => rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
+            },
             rms_norm_eps: raw.rms_norm_eps,
             max_positions: raw.max_position_embeddings,
             sliding_window,
+            sliding_layers,
+            gemma,
             fused_projections: family == Family::Phi3,
             tie_embeddings: raw.tie_word_embeddings,
             qkv_bias,
-            qk_norm: family == Family::Qwen3,
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
             bos_token_id: raw.bos_token_id,
             eos_token_ids: token_ids(raw.eos_token_id.as_ref())?,
         })
     }
 
     /// Whether layer `layer` attends through the sliding window.
-    pub fn slides(&self, _layer: usize) -> bool {
-        self.sliding_window.is_some()
+    pub fn slides(&self, layer: usize) -> bool {
+        self.sliding_window.is_some() && self.sliding_layers.get(layer).copied().unwrap_or(false)
+    }
+
+    /// The factor of the attention scores: `head_dim^-1/2`, or Gemma 3's
+    /// `query_pre_attn_scalar^-1/2`.
+    pub fn attention_scale(&self) -> f64 {
+        let scalar = self.gemma.map_or(self.head_dim as f64, |g| g.query_pre_attn_scalar);
+        1.0 / scalar.sqrt()
+    }
+
+    /// The RoPE inverse frequencies of the sliding layers when they have
+    /// their own base (Gemma 3), computed as [`ModelConfig::rope_inverse_frequencies`].
+    pub fn local_rope_inverse_frequencies(&self) -> Option<Vec<f32>> {
+        self.gemma
+            .map(|g| inverse_frequencies(self.head_dim, g.local_rope_theta))
     }
 
     /// The RoPE inverse frequencies, one per pair of head dimensions, with
     /// Llama 3 scaling applied, computed in f32 as transformers does.
     pub fn rope_inverse_frequencies(&self) -> Vec<f32> {
-        let dim = self.head_dim as f32;
-        let base = self.rope_theta as f32;
-        let plain = (0..self.head_dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / dim));
+        let plain = inverse_frequencies(self.head_dim, self.rope_theta).into_iter();
         let Some(s) = self.rope_scaling else {
             return plain.collect();
         };
@@ -347,8 +429,22 @@ impl ModelConfig {
             json["attention_bias"] = Value::Bool(self.qkv_bias);
             json["mlp_bias"] = Value::Bool(false);
         }
-        if matches!(self.family, Family::Mistral | Family::Phi3) {
+        if matches!(self.family, Family::Mistral | Family::Phi3 | Family::Gemma3) {
             json["sliding_window"] = self.sliding_window.into();
+        }
+        if let Some(g) = self.gemma {
+            let object = json.as_object_mut().expect("an object");
+            object.remove("hidden_act");
+            object.insert("hidden_activation".into(), "gelu_pytorch_tanh".into());
+            object.insert("query_pre_attn_scalar".into(), g.query_pre_attn_scalar.into());
+            object.insert("rope_local_base_freq".into(), g.local_rope_theta.into());
+            let types: Vec<&str> = self
+                .sliding_layers
+                .iter()
+                .map(|&s| if s { "sliding_attention" } else { "full_attention" })
+                .collect();
+            object.insert("layer_types".into(), types.into());
+            object.insert("attention_bias".into(), false.into());
         }
         json
     }
@@ -375,6 +471,80 @@ fn family_of(raw: &RawConfig) -> Result<Family> {
             ),
         )
     })
+}
+
+/// `1 / theta^(2i / dim)` for each pair of `dim` head dimensions, in f32 as transformers computes it.
+fn inverse_frequencies(dim: usize, theta: f64) -> Vec<f32> {
+    let (d, base) = (dim as f32, theta as f32);
+    (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / d)).collect()
+}
+
+/// Gemma 3's style, which layers slide, and the RoPE base of the others.
+/// Its RoPE settings come nested per layer type (`rope_parameters.{full,
+/// sliding}_attention`, transformers 5) or flat (`rope_theta`,
+/// `rope_local_base_freq`); only the default RoPE type is supported.
+fn gemma_style(raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>, f64)> {
+    for (field, value) in [
+        ("final_logit_softcapping", raw.final_logit_softcapping),
+        ("attn_logit_softcapping", raw.attn_logit_softcapping),
+    ] {
+        if let Some(cap) = value {
+            return Err(unsupported(field, format!("{cap}: soft-capping is not supported")));
+        }
+    }
+    if raw.use_bidirectional_attention == Some(true) {
+        return Err(unsupported(
+            "use_bidirectional_attention",
+            "bidirectional attention is not a causal language model",
+        ));
+    }
+    let nested = |kind: &str| raw.rope_parameters.as_ref().and_then(|p| p.get(kind));
+    for kind in ["full_attention", "sliding_attention"] {
+        let rope_type = nested(kind).and_then(|p| p.get("rope_type")).and_then(Value::as_str);
+        if let Some(other) = rope_type.filter(|t| *t != "default") {
+            return Err(unsupported(
+                "rope_parameters",
+                format!("{kind} rope type `{other}` is not supported (only default)"),
+            ));
+        }
+    }
+    if raw.rope_scaling.as_ref().is_some_and(|s| !s.is_null()) {
+        return Err(unsupported("rope_scaling", "RoPE scaling of Gemma 3 is not supported"));
+    }
+    let theta = |kind: &str| nested(kind).and_then(|p| p.get("rope_theta")).and_then(Value::as_f64);
+    let global = theta("full_attention").or(raw.rope_theta).unwrap_or(1_000_000.0);
+    let local = theta("sliding_attention")
+        .or(raw.rope_local_base_freq)
+        .unwrap_or(10_000.0);
+    let layers = match &raw.layer_types {
+        Some(types) => {
+            if types.len() != raw.num_hidden_layers {
+                return Err(unsupported(
+                    "layer_types",
+                    format!("{} types for {} layers", types.len(), raw.num_hidden_layers),
+                ));
+            }
+            types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "sliding_attention" => Ok(true),
+                    "full_attention" => Ok(false),
+                    other => Err(unsupported("layer_types", format!("`{other}` is not a layer type"))),
+                })
+                .collect::<Result<Vec<bool>>>()?
+        }
+        // transformers' default: every sixth layer is global.
+        None => {
+            let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);
+            (0..raw.num_hidden_layers).map(|i| (i + 1) % pattern != 0).collect()
+        }
+    };
+    let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads.max(1));
+    let style = GemmaStyle {
+        query_pre_attn_scalar: raw.query_pre_attn_scalar.unwrap_or(head_dim as f64),
+        local_rope_theta: local,
+    };
+    Ok((style, layers, global))
 }
 
 fn rope_scaling(value: Option<&Value>) -> Result<Option<Llama3RopeScaling>> {
@@ -475,6 +645,53 @@ mod tests {
         let c = ModelConfig::from_json(&phi3).unwrap();
         assert!(c.fused_projections && c.family == Family::Phi3);
         assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
+    }
+
+    #[test]
+    fn gemma3_reads_both_rope_layouts_and_back() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/parity/gemma3/config.json");
+        let c = ModelConfig::from_file(path).unwrap();
+        assert_eq!(
+            (c.family, c.rope_theta, c.sliding_window),
+            (Family::Gemma3, 100.0, Some(4))
+        );
+        assert_eq!(c.sliding_layers, [true, false]);
+        assert!(c.slides(0) && !c.slides(1) && c.qk_norm && c.tie_embeddings);
+        let g = c.gemma.unwrap();
+        assert_eq!((g.query_pre_attn_scalar, g.local_rope_theta), (12.0, 10_000.0));
+        assert_eq!(c.attention_scale(), 1.0 / 12f64.sqrt());
+        // to_hf_json writes the flat layout (rope_theta, rope_local_base_freq).
+        let flat = c.to_hf_json();
+        assert_eq!(flat["rope_local_base_freq"], 10_000.0);
+        assert_eq!(ModelConfig::from_json(&flat.to_string()).unwrap(), c);
+        let text = std::fs::read_to_string(path).unwrap();
+        for (field, edit) in [
+            (
+                "final_logit_softcapping",
+                ("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
+            ),
+            (
+                "attn_logit_softcapping",
+                ("\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0"),
+            ),
+            ("hidden_activation", ("\"gelu_pytorch_tanh\"", "\"relu\"")),
+            (
+                "use_bidirectional_attention",
+                (
+                    "\"use_bidirectional_attention\": false",
+                    "\"use_bidirectional_attention\": true",
+                ),
+            ),
+            (
+                "layer_types",
+                ("\"full_attention\"\n  ]", "\"full_attention\", \"full_attention\"\n  ]"),
+            ),
+        ] {
+            let changed = text.replacen(edit.0, edit.1, 1);
+            assert_ne!(changed, text, "{field}: the edit applies");
+            let error = ModelConfig::from_json(&changed).unwrap_err().to_string();
+            assert!(error.contains(field), "{field}: {error}");
+        }
     }
 
     #[test]

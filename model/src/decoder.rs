@@ -64,11 +64,30 @@ fn rotate_half(x: &Tensor) -> Result<Tensor> {
 /// RMS norm over the last axis computed in f32 and scaled by `weight` in
 /// `x`'s dtype, as transformers' `LlamaRMSNorm` does.
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    weight.mul(&normalized(x, eps)?.convert(x.dtype())?)
+}
+
+/// Gemma's RMSNorm: `x` normalized, times `1 + weight`, in f32, then cast
+/// back (transformers' `(x * (1 + w)).to(dtype)`, where Llama's casts first).
+fn offset_rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    let scale = weight.convert(ElementType::F32)?.add_scalar(1.0)?;
+    normalized(x, eps)?.mul(&scale)?.convert(x.dtype())
+}
+
+/// `x / √(mean(x²) + eps)` over the last axis, in f32.
+fn normalized(x: &Tensor, eps: f64) -> Result<Tensor> {
     let last = x.rank() - 1;
     let x32 = x.convert(ElementType::F32)?;
     let mean_square = x32.square()?.mean(&[last])?.reshape(&keep_last(x.dims()))?;
-    let normed = x32.mul(&mean_square.add_scalar(eps)?.rsqrt()?)?;
-    weight.mul(&normed.convert(x.dtype())?)
+    x32.mul(&mean_square.add_scalar(eps)?.rsqrt()?)
+}
+
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`):
+/// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
+fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    let inner = x.add(&x.mul(&x.square()?)?.mul_scalar(0.044715)?)?;
+    let t = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?.tanh()?;
+    x.mul(&t.add_scalar(1.0)?)?.mul_scalar(0.5)
 }
 
 /// Which key each query may see in self-attention over one sequence:
@@ -185,13 +204,23 @@ impl Decoder {
         }
     }
 
-    /// cos and sin of the rotary angles for integer `positions` `[B, T]`: `[B, 1, T, head_dim]`.
-    fn rotary(&self, positions: &Tensor, dtype: ElementType) -> Result<(Tensor, Tensor)> {
+    /// The model's RMSNorm of `x` with `weight` (Gemma's offset form for Gemma 3).
+    fn norm(&self, x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+        let eps = self.config.rms_norm_eps;
+        if self.config.gemma.is_some() {
+            offset_rms_norm(x, weight, eps)
+        } else {
+            rms_norm(x, weight, eps)
+        }
+    }
+
+    /// cos and sin of the rotary angles for integer `positions` `[B, T]` at
+    /// the `inverse` frequencies: `[B, 1, T, head_dim]`.
+    fn rotary(&self, positions: &Tensor, dtype: ElementType, inverse: &[f32]) -> Result<(Tensor, Tensor)> {
         let graph = positions.graph();
-        let inverse = self.config.rope_inverse_frequencies();
         let half = inverse.len() as i64;
         let (b, t) = (positions.dims()[0], positions.dims()[1]);
-        let inverse = graph.constant(&inverse, &[half])?;
+        let inverse = graph.constant(inverse, &[half])?;
         let angles = positions
             .convert(ElementType::F32)?
             .reshape(&[b, t, 1])?
@@ -222,7 +251,7 @@ impl Decoder {
         let (k, v) = (k.reshape(&[b * kv, s, hd])?, v.reshape(&[b * kv, s, hd])?);
         let scores = grouped
             .dot_general(&k, &[0], &[0], &[3], &[2])?
-            .mul_scalar(1.0 / (c.head_dim as f64).sqrt())?
+            .mul_scalar(c.attention_scale())?
             .convert(ElementType::F32)?;
         let allowed = allowed
             .reshape(&[b, 1, 1, t, s])?
@@ -392,12 +421,25 @@ impl Decoder {
         let w = self.weights(tensors);
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let embed = w.get("model.embed_tokens.weight")?;
-        let (cos, sin) = self.rotary(positions, embed.dtype())?;
-        let rope = |x: &Tensor| -> Result<Tensor> { x.mul(&cos)?.add(&rotate_half(x)?.mul(&sin)?) };
+        let global = self.rotary(positions, embed.dtype(), &c.rope_inverse_frequencies())?;
+        // Gemma 3's sliding layers rotate at their own base.
+        let local = match c.local_rope_inverse_frequencies() {
+            Some(inverse) => Some(self.rotary(positions, embed.dtype(), &inverse)?),
+            None => None,
+        };
         let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
 
         let mut x = embed.take(ids, 0)?;
+        if c.gemma.is_some() {
+            // √hidden, in the embeddings' dtype (bf16 rounds it, as transformers does).
+            x = x.mul_scalar((c.hidden_size as f64).sqrt())?;
+        }
         for layer in 0..c.layers {
+            let (cos, sin) = match &local {
+                Some(local) if c.slides(layer) => local,
+                _ => &global,
+            };
+            let rope = |x: &Tensor| -> Result<Tensor> { x.mul(cos)?.add(&rotate_half(x)?.mul(sin)?) };
             let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
             let project = |name: &str, n: i64, input: &Tensor| -> Result<Tensor> {
                 let bias = if c.qkv_bias {
@@ -409,7 +451,7 @@ impl Decoder {
                     .reshape(&[b, t, n, hd])?
                     .transpose(&[0, 2, 1, 3])
             };
-            let h = rms_norm(&x, p("input_layernorm.weight")?, c.rms_norm_eps)?;
+            let h = self.norm(&x, p("input_layernorm.weight")?)?;
             let (mut q, mut k, v) = if c.fused_projections {
                 // Phi-3: one product, then the query, key and value columns.
                 let qkv = linear(&h, p("self_attn.qkv_proj.weight")?, None)?;
@@ -427,14 +469,21 @@ impl Decoder {
                 )
             };
             if c.qk_norm {
-                q = rms_norm(&q, p("self_attn.q_norm.weight")?, c.rms_norm_eps)?;
-                k = rms_norm(&k, p("self_attn.k_norm.weight")?, c.rms_norm_eps)?;
+                q = self.norm(&q, p("self_attn.q_norm.weight")?)?;
+                k = self.norm(&k, p("self_attn.k_norm.weight")?)?;
             }
             let context = attend(layer, rope(&q)?, rope(&k)?, v)?
                 .transpose(&[0, 2, 1, 3])?
                 .reshape(&[b, t, heads * hd])?;
-            x = x.add(&linear(&context, p("self_attn.o_proj.weight")?, None)?)?;
-            let h = rms_norm(&x, p("post_attention_layernorm.weight")?, c.rms_norm_eps)?;
+            let attended = linear(&context, p("self_attn.o_proj.weight")?, None)?;
+            // Gemma normalizes each branch's output before its residual add.
+            let h = if c.gemma.is_some() {
+                x = x.add(&self.norm(&attended, p("post_attention_layernorm.weight")?)?)?;
+                self.norm(&x, p("pre_feedforward_layernorm.weight")?)?
+            } else {
+                x = x.add(&attended)?;
+                self.norm(&x, p("post_attention_layernorm.weight")?)?
+            };
             let (gate, up) = if c.fused_projections {
                 // Phi-3: the gate's columns, then the up projection's.
                 let fused = linear(&h, p("mlp.gate_up_proj.weight")?, None)?;
@@ -446,10 +495,18 @@ impl Decoder {
                     linear(&h, p("mlp.up_proj.weight")?, None)?,
                 )
             };
-            let gate = gate.silu()?;
-            x = x.add(&linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?)?;
+            let gate = if c.gemma.is_some() {
+                gelu_tanh(&gate)?
+            } else {
+                gate.silu()?
+            };
+            let mut mlp = linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?;
+            if c.gemma.is_some() {
+                mlp = self.norm(&mlp, p("post_feedforward_layernorm.weight")?)?;
+            }
+            x = x.add(&mlp)?;
         }
-        rms_norm(&x, w.get("model.norm.weight")?, c.rms_norm_eps)
+        self.norm(&x, w.get("model.norm.weight")?)
     }
 
     /// Log-probabilities and entropies `[B, last]` (f32) of the last

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 
-use crate::config::{Family, ModelConfig};
+use crate::config::{Family, GemmaStyle, ModelConfig};
 use crate::error::{Error, Result};
 use crate::names::parameters;
 use crate::weights::HostTensor;
@@ -98,6 +98,10 @@ impl Preset {
 /// The config of a `preset` model of `family` over a vocabulary of `vocab_size`.
 pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Option<u32>, eos: u32) -> ModelConfig {
     let shape = preset.shape();
+    let gemma = (family == Family::Gemma3).then_some(GemmaStyle {
+        query_pre_attn_scalar: shape.head_dim as f64,
+        local_rope_theta: 10_000.0,
+    });
     ModelConfig {
         family,
         vocab_size,
@@ -111,18 +115,21 @@ pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Opt
         rope_scaling: None,
         rms_norm_eps: 1e-6,
         max_positions: shape.max_positions,
-        sliding_window: None,
+        // Gemma 3's layout: a 512-token window, every sixth layer global.
+        sliding_window: gemma.map(|_| 512),
+        sliding_layers: (0..shape.layers).map(|i| gemma.is_some() && (i + 1) % 6 != 0).collect(),
+        gemma,
         fused_projections: family == Family::Phi3,
-        tie_embeddings: matches!(family, Family::Llama | Family::Qwen2),
+        tie_embeddings: matches!(family, Family::Llama | Family::Qwen2 | Family::Gemma3),
         qkv_bias: family == Family::Qwen2,
-        qk_norm: family == Family::Qwen3,
+        qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
         bos_token_id: bos,
         eos_token_ids: vec![eos],
     }
 }
 
 /// Weights for `config` from `seed`: rank-2 tensors normal(0, 0.02), norm
-/// weights 1, biases 0.
+/// weights 1 (0 where they are offsets from 1, Gemma 3's), biases 0.
 pub fn random_weights(config: &ModelConfig, seed: u64) -> Result<BTreeMap<String, HostTensor>> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     parameters(config)
@@ -131,7 +138,7 @@ pub fn random_weights(config: &ModelConfig, seed: u64) -> Result<BTreeMap<String
             let count: usize = spec.dims.iter().product();
             let data: Vec<f32> = if spec.dims.len() == 2 {
                 (0..count).map(|_| 0.02 * standard_normal(&mut rng)).collect()
-            } else if spec.name.ends_with(".bias") {
+            } else if spec.name.ends_with(".bias") || config.gemma.is_some() {
                 vec![0.0; count]
             } else {
                 vec![1.0; count]

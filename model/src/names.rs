@@ -58,6 +58,10 @@ pub fn parameters(config: &ModelConfig) -> Vec<ParamSpec> {
             add(attn.pp("k_norm").name("weight"), vec![config.head_dim]);
         }
         add(block.pp("post_attention_layernorm").name("weight"), vec![h]);
+        if config.gemma.is_some() {
+            add(block.pp("pre_feedforward_layernorm").name("weight"), vec![h]);
+            add(block.pp("post_feedforward_layernorm").name("weight"), vec![h]);
+        }
         let mlp = block.pp("mlp");
         if config.fused_projections {
             add(mlp.pp("gate_up_proj").name("weight"), vec![2 * i, h]);

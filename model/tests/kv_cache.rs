@@ -202,3 +202,8 @@ fn mistral_decodes_through_the_cache() {
 fn phi3_decodes_through_the_cache() {
     check("phi3");
 }
+
+#[test]
+fn gemma3_decodes_through_the_cache() {
+    check("gemma3");
+}

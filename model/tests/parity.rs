@@ -143,6 +143,11 @@ fn phi3_matches_transformers() {
     check_family("phi3");
 }
 
+#[test]
+fn gemma3_matches_transformers() {
+    check_family("gemma3");
+}
+
 /// The bucketed runner pads to 16 tokens; real positions must not change.
 #[test]
 fn the_logprobs_runner_pads_without_changing_results() {

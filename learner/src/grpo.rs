@@ -41,7 +41,7 @@ use crate::loss::GrpoLoss;
 use crate::metrics::{CompletionStats, EpisodeStats, eval_names, metrics_of, reward_breakdown};
 use crate::objective::grpo::GrpoObjective;
 use crate::record::{EpisodeRecord, RolloutRow};
-use crate::rollouts::{Drawn, RolloutSide, Rollouts, Sampling};
+use crate::rollouts::{Drawn, Filters, RolloutSide, Rollouts, Sampling};
 use crate::schedule::Schedule;
 use crate::trainer::{LoopState, StepRecord, Task, Trainer};
 
@@ -86,6 +86,8 @@ pub struct GrpoConfig {
     /// The run's dtypes: the train step's compute dtype (f32, or bf16 on
     /// f32 master weights) and the in-process engines'.
     pub choices: Choices,
+    /// The rollouts' token filters and repetition penalty.
+    pub filters: Filters,
     /// The rollouts' guide (a row's own takes precedence): their tokens
     /// are drawn under its mask; their recorded log-probs, like the
     /// learner's, are the unmasked policy's.
@@ -252,6 +254,12 @@ impl GrpoConfig {
             max_staleness: r.max_staleness,
             choices,
             guide: r.guide().ok().flatten(),
+            filters: Filters {
+                top_p: r.top_p,
+                top_k: r.top_k as i32,
+                min_p: r.min_p,
+                repetition_penalty: r.repetition_penalty,
+            },
         }
     }
 
@@ -374,6 +382,7 @@ impl Trainer<GrpoTask> {
                 max_completion_tokens: config.max_completion_tokens,
                 temperature: config.loss.temperature,
                 seed: config.seed,
+                filters: config.filters,
             },
             version: start.step,
             episodes,

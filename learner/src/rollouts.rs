@@ -43,6 +43,46 @@ pub struct Sampling {
     pub temperature: f32,
     /// The seed the per-request seeds derive from (with the step).
     pub seed: u32,
+    /// How tokens are filtered and penalized.
+    pub filters: Filters,
+}
+
+/// The rollouts' token filters and penalty (`[rollout] top_p`, `top_k`,
+/// `min_p`, `repetition_penalty`); the default filters nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Filters {
+    /// Nucleus mass, in (0, 1].
+    pub top_p: f32,
+    /// Most likely tokens kept; 0 keeps all.
+    pub top_k: i32,
+    /// Fraction of the most likely token's probability below which tokens drop.
+    pub min_p: f32,
+    /// vLLM's repetition penalty; 1 is off.
+    pub repetition_penalty: f32,
+}
+
+impl Default for Filters {
+    fn default() -> Self {
+        Filters {
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+        }
+    }
+}
+
+impl Filters {
+    /// `params` with these filters (greedy rows ignore all but the penalty).
+    fn apply(self, params: SamplingParams) -> SamplingParams {
+        SamplingParams {
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty,
+            ..params
+        }
+    }
 }
 
 /// One step's scored groups, as the learner receives them.
@@ -95,15 +135,17 @@ impl RolloutSide {
         let examples: Vec<Example> = rows.iter().map(|&r| self.data[r].clone()).collect();
         let first_seed = step * s.prompts_per_step;
         let default = self.guide.clone();
-        let params = |i: usize| SamplingParams {
-            n: s.group_size,
-            max_tokens: s.max_completion_tokens,
-            temperature: s.temperature,
-            seed: s.seed.wrapping_add((first_seed + i) as u32),
-            // Behaviour log-probs at the sampling temperature, as the learner scores.
-            logprobs_mode: LogprobsMode::Processed,
-            guide: examples[i].guide.clone().or_else(|| default.clone()),
-            ..SamplingParams::default()
+        let params = |i: usize| {
+            s.filters.apply(SamplingParams {
+                n: s.group_size,
+                max_tokens: s.max_completion_tokens,
+                temperature: s.temperature,
+                seed: s.seed.wrapping_add((first_seed + i) as u32),
+                // Behaviour log-probs at the sampling temperature, as the learner scores.
+                logprobs_mode: LogprobsMode::Processed,
+                guide: examples[i].guide.clone().or_else(|| default.clone()),
+                ..SamplingParams::default()
+            })
         };
         let collected = self.collect(&examples.iter().collect::<Vec<_>>(), params)?;
         Ok(Drawn {
@@ -121,11 +163,14 @@ impl RolloutSide {
     fn evaluate(&mut self, examples: &[Example], max_tokens: usize) -> Result<Collected> {
         let rows: Vec<&Example> = examples.iter().collect();
         let default = self.guide.clone();
-        self.collect(&rows, |i| SamplingParams {
-            max_tokens,
-            temperature: 0.0,
-            guide: rows[i].guide.clone().or_else(|| default.clone()),
-            ..SamplingParams::default()
+        let filters = self.sampling.filters;
+        self.collect(&rows, |i| {
+            filters.apply(SamplingParams {
+                max_tokens,
+                temperature: 0.0,
+                guide: rows[i].guide.clone().or_else(|| default.clone()),
+                ..SamplingParams::default()
+            })
         })
     }
 

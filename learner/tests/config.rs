@@ -53,6 +53,13 @@ fn invalid_values_name_their_key() {
         ),
         ("[rollout]\ntls_ca = 3\n", "rollout.tls_ca"),
         (
+            "[optimizer]\nwarmup_steps = 5\nwarmup_ratio = 0.1\n",
+            "optimizer.warmup_ratio",
+        ),
+        ("[optimizer]\nadam_beta2 = 1.0\n", "optimizer.beta2"),
+        ("[rollout]\ntop_p = 0.0\n", "rollout.top_p"),
+        ("[rollout]\nrepetition_penalty = 0.0\n", "rollout.repetition_penalty"),
+        (
             "[rollout]\nstructured_outputs = { regex = 3 }\n",
             "rollout.structured_outputs",
         ),
@@ -184,10 +191,12 @@ fn the_learner_spans_the_devices_its_parallelism_asks_for() {
 fn trl_names_are_aliases_and_both_names_at_once_are_refused() {
     let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n";
     let ours = "[rollout]\ngroup_size = 4\nmax_completion_tokens = 64\n[optimizer]\nlr = 2e-5\nschedule = \"cosine\"\n\
+                beta1 = 0.8\nbeta2 = 0.99\neps = 1e-6\n\
                 [trainer]\nmicro_batch_size = 8\neval_every = 5\n[checkpoint]\nevery = 7\nkeep_last = 2\n\
                 [logging]\nout = \"o\"\n";
     let trl = "[rollout]\nnum_generations = 4\nmax_completion_length = 64\n\
                [optimizer]\nlearning_rate = 2e-5\nlr_scheduler_type = \"cosine\"\n\
+               adam_beta1 = 0.8\nadam_beta2 = 0.99\nadam_epsilon = 1e-6\n\
                [trainer]\nper_device_train_batch_size = 8\neval_steps = 5\n\
                [checkpoint]\nsave_steps = 7\nsave_total_limit = 2\n[logging]\noutput_dir = \"o\"\n";
     let parse = |extra: &str| RunConfig::from_toml_str(&format!("{base}{extra}"));
@@ -271,11 +280,16 @@ fn every_numeric_key_takes_or_refuses_extreme_values_naming_the_key() {
             "checkpoint.keep_last=0",
             "data.eval_size=0",
             "data.seed=0",
+            "optimizer.beta1=0",
+            "optimizer.beta2=0",
             "optimizer.max_grad_norm=0",
+            "optimizer.warmup_ratio=0",
             "optimizer.warmup_steps=0",
             "optimizer.weight_decay=0",
             "rollout.max_staleness=0",
+            "rollout.min_p=0",
             "rollout.seed=0",
+            "rollout.top_k=0",
             "trainer.devices=0",
             "trainer.eval_every=0",
             "trainer.max_steps=0",
@@ -370,4 +384,19 @@ fn reward_weights_is_the_entries_weights_in_order() {
         both.contains("both `weight` and [reward_pool] reward_weights"),
         "{both}"
     );
+}
+
+#[test]
+fn the_optimizer_and_rollout_knobs_reach_what_they_set() {
+    let text = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[trainer]\nmax_steps = 25\n\
+                [optimizer]\nwarmup_ratio = 0.1\nbeta1 = 0.8\nbeta2 = 0.95\neps = 1e-6\n\
+                [rollout]\ntop_p = 0.9\ntop_k = 20\nmin_p = 0.05\nrepetition_penalty = 1.1\n";
+    let config = RunConfig::from_toml_str(text).unwrap();
+    // transformers rounds the warm-up up: ⌈0.1 · 25⌉ = 3 steps.
+    assert_eq!(config.optimizer.schedule(25).warmup, 3);
+    let adamw = config.optimizer.adamw();
+    assert_eq!((adamw.beta1, adamw.beta2, adamw.eps), (0.8, 0.95, 1e-6));
+    let grpo = grpo_learner::grpo::GrpoConfig::of(&config, grpo_learner::choices::Choices::F32);
+    let f = grpo.filters;
+    assert_eq!((f.top_p, f.top_k, f.min_p, f.repetition_penalty), (0.9, 20, 0.05, 1.1));
 }

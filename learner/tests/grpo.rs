@@ -21,6 +21,7 @@ use grpo_learner::fleet::LocalFleet;
 use grpo_learner::grpo::{GrpoConfig, GrpoParts, GrpoTask, StepReport};
 use grpo_learner::loss::GrpoLoss;
 use grpo_learner::record::RolloutRow;
+use grpo_learner::rollouts::Filters;
 use grpo_learner::schedule::{Decay, Schedule};
 use grpo_learner::trainer::Trainer;
 use grpo_model::chat::ChatMessage;
@@ -77,6 +78,8 @@ struct Variant {
     episodes: bool,
     /// The rollouts' guide (the model then ends its answers with `<|im_end|>`).
     guide: Option<Guide>,
+    /// The rollouts' token filters.
+    filters: Filters,
 }
 
 /// Answers a first turn with "!" and ends the episode after the second,
@@ -195,6 +198,7 @@ fn try_tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> grpo
         max_staleness: variant.max_staleness,
         choices: Choices::F32,
         guide: variant.guide,
+        filters: variant.filters,
     };
     let params = upload();
     let reference = (variant.beta > 0.0).then(upload);
@@ -315,6 +319,24 @@ fn guided_rollouts_keep_to_their_grammar_and_their_log_probs_to_the_learners() {
     match try_tiny_loop(Arc::new(TargetToken(70)), bad) {
         Ok(_) => panic!("a regex that does not compile was taken"),
         Err(e) => assert!(e.to_string().contains("rollout.structured_outputs"), "{e}"),
+    }
+}
+
+#[test]
+fn top_k_reaches_the_rollouts() {
+    // With only the most likely token kept, a group's samples are all the same.
+    let variant = Variant {
+        filters: Filters {
+            top_k: 1,
+            ..Filters::default()
+        },
+        ..Variant::default()
+    };
+    let mut grpo = tiny_loop(Arc::new(TargetToken(40)), variant);
+    let (report, rollouts) = step(&mut grpo);
+    assert_eq!(report.frac_reward_zero_std, 1.0);
+    for group in rollouts.chunk_by(|a, b| a.group == b.group) {
+        assert!(group.iter().all(|r| r.completion == group[0].completion), "{group:?}");
     }
 }
 

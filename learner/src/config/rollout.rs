@@ -28,6 +28,17 @@ pub struct RolloutSection {
     /// Longest prompt + completion, 2 to [`MAX_MODEL_LEN`] (and at most
     /// the model's positions). Default 256.
     pub max_model_len: usize,
+    /// Nucleus sampling: keep the smallest set of tokens reaching this
+    /// mass, in (0, 1]. Default 1 (off). The learner scores at the
+    /// temperature only, as TRL's does; the importance correction covers the rest.
+    pub top_p: f32,
+    /// Keep the k most likely tokens; 0 keeps all. Default 0.
+    pub top_k: u32,
+    /// Drop tokens below this fraction of the most likely one's
+    /// probability, in [0, 1). Default 0 (off).
+    pub min_p: f32,
+    /// vLLM's repetition penalty, above 0 and at most 100; 1 is off. Default 1.
+    pub repetition_penalty: f32,
     /// The in-process engine's weight and KV-cache dtype: "auto" (default:
     /// the faster on this machine, measured), "f32" or "bf16" (the loss's
     /// importance correction covers the rollout/learner mismatch).
@@ -91,6 +102,10 @@ impl Default for RolloutSection {
             prompts_per_step: 8,
             max_completion_tokens: 32,
             temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
             max_model_len: 256,
             dtype: DtypeSetting::Auto,
             seed: 0,
@@ -162,6 +177,30 @@ impl RolloutSection {
             self.temperature > 0.0 && self.temperature <= 100.0,
             self.temperature,
             "above 0 and at most 100 (a group's samples must differ; the learner scores them at this temperature)",
+        )?;
+        require(
+            "rollout.top_p",
+            self.top_p > 0.0 && self.top_p <= 1.0,
+            self.top_p,
+            "in (0, 1]; 1 keeps every token",
+        )?;
+        require(
+            "rollout.top_k",
+            self.top_k <= i32::MAX as u32,
+            self.top_k,
+            "0 (every token) or a count of tokens",
+        )?;
+        require(
+            "rollout.min_p",
+            (0.0..1.0).contains(&self.min_p),
+            self.min_p,
+            "in [0, 1); 0 keeps every token",
+        )?;
+        require(
+            "rollout.repetition_penalty",
+            self.repetition_penalty > 0.0 && self.repetition_penalty <= 100.0,
+            self.repetition_penalty,
+            "above 0 and at most 100; 1 is off",
         )?;
         require(
             "rollout.max_staleness",

@@ -21,6 +21,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_reward::RewardPool;
 use grpo_rollout::guided::{Grammars, Guide};
+use grpo_rollout::output::FinishReason;
 use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
 use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer};
 use serde_json::{Map, Value};
@@ -77,6 +78,9 @@ pub struct GrpoConfig {
     /// Drop groups whose rewards are all equal before the update (DAPO's
     /// dynamic sampling, without re-sampling): they carry no signal.
     pub dynamic_sampling: bool,
+    /// Completions cut by their token limit carry no loss (TRL's
+    /// `mask_truncated_completions`).
+    pub mask_truncated: bool,
     /// Optimizer steps per batch, μ ≥ 1 (TRL's `num_iterations`); with
     /// more than one the clipped ratio is against the policy before the first.
     pub iterations: usize,
@@ -250,6 +254,7 @@ impl GrpoConfig {
             max_tokens: r.max_model_len,
             seed: r.seed,
             dynamic_sampling: a.dynamic_sampling,
+            mask_truncated: a.mask_truncated_completions,
             iterations: a.num_iterations,
             max_staleness: r.max_staleness,
             choices,
@@ -435,7 +440,11 @@ impl Task for GrpoTask {
             .map(|(i, (g, j, completion, prompt))| TrainSample {
                 prompt: prompt.ids.clone(),
                 completion: completion.tokens.clone(),
-                loss_mask: collected.loss_mask(g, j),
+                loss_mask: if c.mask_truncated && completion.finish_reason == FinishReason::Length {
+                    vec![false; completion.tokens.len()]
+                } else {
+                    collected.loss_mask(g, j)
+                },
                 behaviour_logprobs: completion.logprobs.clone(),
                 advantage: adv.values[i],
                 valid: adv.valid[i],

@@ -80,6 +80,8 @@ struct Variant {
     guide: Option<Guide>,
     /// The rollouts' token filters.
     filters: Filters,
+    /// Completions cut by their token limit carry no loss.
+    mask_truncated: bool,
 }
 
 /// Answers a first turn with "!" and ends the episode after the second,
@@ -194,6 +196,7 @@ fn try_tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> grpo
         max_tokens: 32,
         seed: 11,
         dynamic_sampling: variant.dynamic_sampling,
+        mask_truncated: variant.mask_truncated,
         iterations: variant.iterations.max(1),
         max_staleness: variant.max_staleness,
         choices: Choices::F32,
@@ -244,6 +247,16 @@ fn the_reward_rises_and_the_engine_follows_the_learner() {
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
     assert!(reports.iter().all(|r| r.loss.is_finite() && r.grad_norm.is_finite()));
     assert_eq!(reports[39].step, 40);
+}
+
+/// 1 when a completion's first token is odd: rewards that vary within a group.
+struct FirstTokenParity;
+
+impl SampleReward for FirstTokenParity {
+    fn score_sample(&self, sample: &Sample) -> grpo_reward::Result<Score> {
+        let odd = sample.completion_ids.first().is_some_and(|t| t % 2 == 1);
+        Ok(Score::new(if odd { 1.0 } else { 0.0 }))
+    }
 }
 
 /// Scores every sample the same.
@@ -320,6 +333,22 @@ fn guided_rollouts_keep_to_their_grammar_and_their_log_probs_to_the_learners() {
         Ok(_) => panic!("a regex that does not compile was taken"),
         Err(e) => assert!(e.to_string().contains("rollout.structured_outputs"), "{e}"),
     }
+}
+
+#[test]
+fn truncated_completions_can_carry_no_loss() {
+    // The fixture model has no EOS: every completion runs to its limit.
+    let variant = Variant {
+        mask_truncated: true,
+        ..Variant::default()
+    };
+    let mut grpo = tiny_loop(Arc::new(FirstTokenParity), variant);
+    let (report, rollouts) = step(&mut grpo);
+    assert!(rollouts.iter().all(|r| r.finish_reason == "length"));
+    assert!(report.reward_std > 0.0, "the advantages are not all 0");
+    assert_eq!((report.loss, report.grad_norm), (0.0, 0.0), "no token is trained");
+    let mut unmasked = tiny_loop(Arc::new(FirstTokenParity), Variant::default());
+    assert!(step(&mut unmasked).0.grad_norm > 0.0);
 }
 
 #[test]

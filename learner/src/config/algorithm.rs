@@ -30,6 +30,11 @@ pub struct AlgorithmSection {
     /// Drop groups whose rewards are all equal before the update (DAPO's
     /// dynamic sampling, without re-sampling). Default false.
     pub dynamic_sampling: bool,
+    /// Train on no token of a completion cut by `max_completion_tokens`
+    /// (an episode's last turn cut by its budget), as TRL's
+    /// `mask_truncated_completions`; its group's advantages still count
+    /// it. Default false.
+    pub mask_truncated_completions: bool,
     /// Optimizer steps per generated batch, μ (TRL's name), 1 to
     /// [`MAX_COUNT`]. Default 1.
     pub num_iterations: usize,
@@ -46,6 +51,7 @@ impl Default for AlgorithmSection {
             importance: ImportanceMode::Token,
             importance_cap: 2.0,
             dynamic_sampling: false,
+            mask_truncated_completions: false,
             num_iterations: 1,
         }
     }

@@ -179,13 +179,18 @@ pub struct StepBatch {
     pub normalizer: f32,
     /// Completion tokens that count.
     pub tokens: usize,
+    /// Each micro-batch's normalizer (see [`StepBatch::micro_normalizer`]).
+    micro_normalizers: Vec<f32>,
 }
 
 impl StepBatch {
-    /// The normalizer each micro-batch gets, so that the accumulating
-    /// step's mean gradient is the whole batch's.
-    pub fn micro_normalizer(&self) -> f32 {
-        self.normalizer / self.micro_batches.len().max(1) as f32
+    /// The normalizer micro-batch `index` gets: the batch's divided by the
+    /// micro-batches, so that the accumulating step's mean gradient is the
+    /// whole batch's; for [`LossType::Bnpo`], its own completion tokens, so
+    /// that the step (which averages over its micro-batches) averages their
+    /// token means.
+    pub fn micro_normalizer(&self, index: usize) -> f32 {
+        self.micro_normalizers[index]
     }
 
     /// The shape of its micro-batches.
@@ -287,17 +292,34 @@ pub fn pack_sharing(
         })
         .min_by(|a, b| layout_cost(a, sharing).total_cmp(&layout_cost(b, sharing)))
         .expect("one sample a row always splits a micro-batch");
-    let micro_batches = packs
-        .chunks(shape.rows)
-        .map(|chunk| micro_batch(chunk, shape))
+    let chunks: Vec<_> = packs.chunks(shape.rows).collect();
+    let micro_batches: Vec<MicroBatch> = chunks.iter().map(|chunk| micro_batch(chunk, shape)).collect();
+    let valid = rollouts.iter().filter(|r| r.valid).count();
+    let tokens = valid_tokens(rollouts);
+    let normalizer = loss_type.normalizer(tokens, valid, max_completion_len);
+    let count = micro_batches.len().max(1);
+    let micro_normalizers = chunks
+        .iter()
+        .map(|chunk| match loss_type {
+            LossType::Bnpo => valid_tokens(chunk.iter().flatten().copied()).max(1) as f32,
+            _ => normalizer / count as f32,
+        })
         .collect();
-    let valid: Vec<&TrainSample> = rollouts.iter().filter(|r| r.valid).collect();
-    let tokens = valid.iter().map(|r| r.loss_tokens()).sum();
     Ok(StepBatch {
         micro_batches,
-        normalizer: loss_type.normalizer(tokens, valid.len(), max_completion_len),
+        normalizer,
         tokens,
+        micro_normalizers,
     })
+}
+
+/// The completion tokens that count among `samples` (the valid ones').
+fn valid_tokens<'a>(samples: impl IntoIterator<Item = &'a TrainSample>) -> usize {
+    samples
+        .into_iter()
+        .filter(|r| r.valid)
+        .map(TrainSample::loss_tokens)
+        .sum()
 }
 
 /// `rollouts` in order, cut into runs of at most `slots` samples with one prompt.

@@ -638,11 +638,11 @@ impl GrpoTask {
             sharing,
         )?;
         let shape = batch.shape();
-        let share = batch.micro_normalizer();
         let mut uploaded = batch
             .micro_batches
             .iter()
-            .map(|m| m.upload(&self.client, learner.mesh(), share))
+            .enumerate()
+            .map(|(i, m)| m.upload(&self.client, learner.mesh(), batch.micro_normalizer(i)))
             .collect::<Result<Vec<_>>>()?;
         for inputs in &mut uploaded {
             // After the six batch inputs: the old log-probs, then the reference's.

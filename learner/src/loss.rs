@@ -20,7 +20,10 @@
 //! to exactly the full batch's loss and gradient:
 //! - DAPO: `n_b = 1`, `N` = completion tokens in the batch (token mean);
 //! - GRPO: `n_b = 1 / |sequence b|`, `N` = sequences in the batch;
-//! - Dr. GRPO: `n_b = 1`, `N` = sequences · max completion length.
+//! - Dr. GRPO: `n_b = 1`, `N` = sequences · max completion length;
+//! - BNPO: `n_b = 1`, a token mean within each micro-batch (TRL's "local
+//!   batch"), averaged over the micro-batches: micro-batch `i`'s `N` is its
+//!   own completion tokens (see [`crate::batch::StepBatch::micro_normalizer`]).
 
 use grpo_xla::trace::Tensor;
 
@@ -37,6 +40,8 @@ pub enum LossType {
     Grpo,
     /// Sum over tokens divided by sequences × the maximum completion length.
     DrGrpo,
+    /// Token mean within each micro-batch, averaged over the micro-batches.
+    Bnpo,
 }
 
 impl LossType {
@@ -44,7 +49,7 @@ impl LossType {
     /// `sequences` sequences, completions of at most `max_completion_len`.
     pub fn normalizer(self, tokens: usize, sequences: usize, max_completion_len: usize) -> f32 {
         let n = match self {
-            LossType::Dapo => tokens,
+            LossType::Dapo | LossType::Bnpo => tokens,
             LossType::Grpo => sequences,
             LossType::DrGrpo => sequences * max_completion_len,
         };
@@ -175,7 +180,7 @@ pub fn grpo_loss(inputs: &LossInputs<'_>, settings: &GrpoLoss) -> Result<LossOut
             let length = mask.sum(&[1])?.maximum(&inputs.advantages.ones_like()?)?;
             weighted_mask.div(&length.reshape(&[b, 1])?.broadcast_to(&[b, t])?)?
         }
-        LossType::Dapo | LossType::DrGrpo => weighted_mask,
+        LossType::Dapo | LossType::DrGrpo | LossType::Bnpo => weighted_mask,
     };
     let loss = token_loss.mul(&per_sequence)?.sum_all()?.div(inputs.normalizer)?;
     let counted = |condition: Tensor| -> Result<Tensor> { Ok(condition.select(mask, &zero)?.sum_all()?) };

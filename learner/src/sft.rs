@@ -421,13 +421,13 @@ impl SftTask {
 /// share of the batch normalizer ([`StepBatch::micro_normalizer`]), in
 /// [`crate::objective::sft`]'s order.
 pub fn upload_batch(client: &Client, mesh: &Mesh, batch: &StepBatch) -> Result<Vec<Vec<grpo_xla::ShardedBuffer>>> {
-    let share = batch.micro_normalizer();
     batch
         .micro_batches
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             let mut inputs = m.upload_tokens(client, mesh)?;
-            inputs.push(batch_input(client, mesh, &[share], &[])?);
+            inputs.push(batch_input(client, mesh, &[batch.micro_normalizer(i)], &[])?);
             Ok(inputs)
         })
         .collect()

@@ -50,6 +50,25 @@ fn prompts_pack_left_padded_and_completions_after_them() {
     assert_eq!(grpo.normalizer, 2.0, "GRPO normalizes by the valid sequences");
     let dr = pack(&rollouts, 2, 64, LossType::DrGrpo, 8).unwrap();
     assert_eq!(dr.normalizer, 16.0, "Dr. GRPO by sequences × max completion length");
+    // DAPO shares the batch's token count out; BNPO gives each micro-batch
+    // its own (the step averages the micro-batches: their token means).
+    assert_eq!((step.micro_normalizer(0), step.micro_normalizer(1)), (2.5, 2.5));
+    let bnpo = pack(&rollouts, 2, 64, LossType::Bnpo, 8).unwrap();
+    assert_eq!(bnpo.normalizer, 5.0);
+    assert_eq!(bnpo.micro_normalizer(0), 5.0, "the first micro-batch's 5 tokens");
+    assert_eq!(
+        bnpo.micro_normalizer(1),
+        1.0,
+        "the second holds no valid token: at least 1"
+    );
+    let uneven = [
+        rollout(&[1], &[7, 8, 9], 1.0, true),
+        rollout(&[2], &[7], -1.0, true),
+        rollout(&[3], &[7, 8], 1.0, true),
+        rollout(&[4], &[9, 9, 9, 9], -1.0, true),
+    ];
+    let bnpo = pack(&uneven, 2, 64, LossType::Bnpo, 8).unwrap();
+    assert_eq!((bnpo.micro_normalizer(0), bnpo.micro_normalizer(1)), (4.0, 6.0));
 }
 
 #[test]

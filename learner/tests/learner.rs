@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use grpo_learner::advantage::{ScaleRewards, advantages};
-use grpo_learner::batch::{PromptSharing, TrainSample, pack, pack_sharing};
+use grpo_learner::batch::{PromptSharing, StepBatch, TrainSample, pack, pack_sharing};
 use grpo_learner::completion_logprobs::LogprobPrograms;
 use grpo_learner::learner::{Learner, Optimization};
 use grpo_learner::loss::{GrpoLoss, LossType};
@@ -21,7 +21,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::{LogprobsRunner, TokenStats};
 use grpo_model::weights::Safetensors;
-use grpo_xla::trace::{AdamW, Mesh};
+use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
 fn client() -> Client {
@@ -172,6 +172,18 @@ fn on_policy_loss(rollouts: &[TrainSample], normalizer: f32) -> f64 {
         / f64::from(normalizer)
 }
 
+/// One step of `learner` at rate 1e-2 over `batch`'s micro-batches, each
+/// with its own normalizer.
+fn train_micro_batches(client: &Client, learner: &mut Learner<GrpoObjective>, batch: &StepBatch) -> StepMetrics {
+    let inputs: Vec<_> = batch
+        .micro_batches
+        .iter()
+        .enumerate()
+        .map(|(i, m)| m.upload(client, learner.mesh(), batch.micro_normalizer(i)).unwrap())
+        .collect();
+    learner.train(batch.shape(), &inputs, 1e-2).unwrap()
+}
+
 /// The sum of the log-prob program's entropies over `rollouts`' trained tokens.
 fn trained_entropy(stats: &[TokenStats], rollouts: &[TrainSample]) -> f64 {
     stats
@@ -273,15 +285,26 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     // Two micro-batches of two rows: the same update.
     let halved = pack(&rollouts(&logprobs, &adv), 2, 64, LossType::Dapo, 8).unwrap();
     let mut micro = fresh();
-    assert_eq!(halved.micro_normalizer(), normalizer / 2.0);
-    let halves: Vec<_> = halved
-        .micro_batches
-        .iter()
-        .map(|m| m.upload(&client, micro.mesh(), halved.micro_normalizer()).unwrap())
-        .collect();
-    let micro_metrics = micro.train(halved.shape(), &halves, 1e-2).unwrap();
+    assert_eq!(halved.micro_normalizer(0), normalizer / 2.0);
+    assert_eq!(halved.micro_normalizer(1), normalizer / 2.0);
+    let micro_metrics = train_micro_batches(&client, &mut micro, &halved);
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
     assert_same_params(&stepped, &micro);
+
+    // BNPO over the same two micro-batches: the mean of their token means.
+    let r = rollouts(&logprobs, &adv);
+    let bnpo = pack(&r, 2, 64, LossType::Bnpo, 8).unwrap();
+    let bnpo_metrics = train_micro_batches(&client, &mut fresh(), &bnpo);
+    let token_mean = |half: &[TrainSample]| {
+        let tokens: usize = half.iter().map(TrainSample::loss_tokens).sum();
+        on_policy_loss(half, tokens as f32)
+    };
+    let want = 0.5 * (token_mean(&r[..2]) + token_mean(&r[2..]));
+    assert!(
+        (f64::from(bnpo_metrics.loss) - want).abs() < 1e-5,
+        "BNPO loss {} vs the mean of the micro-batches' token means {want}",
+        bnpo_metrics.loss
+    );
 
     // Each group's two samples in one row behind one copy of the prompt: the same update.
     let sharing = PromptSharing {

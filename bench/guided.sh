@@ -45,15 +45,14 @@ done
     echo "guided.sh: rounds and runs must be >= 1, new tokens 1 to 255 (the schema's answers are longer)" >&2
     exit 2
 }
+# The same cache folder as grpo's (xla/src/pjrt/locate.rs).
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
-if [[ -z $OUT ]]; then
-    mkdir -p "$CACHE/bench-results"
-    OUT=$CACHE/bench-results/guided-$(date -u +%Y%m%dT%H%M%SZ).jsonl
-fi
-: >"$OUT"
-echo "== grpo: cargo build --release" >&2
-cargo build --release --quiet
-GRPO=${CARGO_TARGET_DIR:-$PWD/target}/release/grpo
+ROOT=$PWD
+TORCH_ONLY=0 # read by bench/common.sh: there is no torch side here
+# shellcheck source=bench/common.sh
+source bench/common.sh
+build_grpo
+open_results guided
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 echo "{\"meta\": {\"bench\": \"guided\", \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\", \"cpu\": \"$CPU\", \"cores\": $(nproc)}}" >>"$OUT"
 

@@ -869,9 +869,13 @@ impl Engine {
     }
 
     /// Per slot, the bitmask words of the tokens its guided sample may
-    /// draw next (none for unguided slots). A sample whose grammar fails
+    /// draw next (none for unguided slots; empty when no sample is guided,
+    /// so unguided steps do no work here). A sample whose grammar fails
     /// ends here, aborted.
     fn guide_masks(&mut self) -> Vec<Option<Vec<u32>>> {
+        if !self.slots.iter().flatten().any(|s| s.guide.is_some()) {
+            return Vec::new();
+        }
         let words = Grammars::words(self.decoder().config().vocab_size);
         let started = Instant::now();
         let mut masks = vec![None; self.slots.len()];

@@ -463,7 +463,13 @@ fn generating_ahead_samples_one_version_behind_and_still_learns() {
         let (report, rows) = step(&mut grpo);
         // Batch 1 is drawn by the starting policy; batch s ≥ 2 while step s − 1 trains.
         let version = report.step.saturating_sub(2) as u64;
-        assert!(rows.iter().all(|r| r.policy_version == version), "step {}", report.step);
+        let versions: Vec<u64> = rows.iter().map(|r| r.policy_version).collect();
+        assert!(
+            versions.iter().all(|&v| v == version),
+            "step {}: versions {versions:?}, staleness {}",
+            report.step,
+            report.staleness
+        );
         assert_eq!(report.staleness, u64::from(report.step > 1), "step {}", report.step);
         assert_eq!(report.stale_samples, 0);
         reports.push(report);

@@ -13,6 +13,8 @@
 #     there for why),
 #   - the pinned TOOLS_PACKAGES below (transformers pulls its own pure-Python
 #     dependencies; torch is already satisfied, so nothing CUDA is added), and
+#   - PEFT_PACKAGES below (PEFT and accelerate, which it imports), `--no-deps`
+#     for the same reason as TRL (the LoRA fixtures need PEFT), and
 #   - with TOOLS_TRL=1 in the environment (bench/grpo_loop.sh sets it), TRL and
 #     what it imports, TRL_PACKAGES below, `--no-deps` like torch: pip's
 #     resolver would otherwise walk torch's own metadata again and add the
@@ -22,6 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOOLS_PACKAGES=(transformers==5.24.0 safetensors==0.8.0)
+PEFT_PACKAGES=(peft==0.21.2 accelerate==1.15.0)
 # trl 1.16.0 and the packages it (and datasets, accelerate, pandas) imports
 # that TOOLS_PACKAGES does not already bring; the rest (numpy, pyyaml, psutil,
 # huggingface-hub, fsspec, tqdm, packaging, jinja2) comes with transformers.
@@ -66,6 +69,14 @@ if [[ ! -f $TOOLS_STAMP || "$(cat "$TOOLS_STAMP")" != "${TOOLS_PACKAGES[*]}" ]];
     "${PIP[@]}" "${TOOLS_PACKAGES[@]}" >&2
     "$PY" -c 'import transformers, safetensors' >&2
     printf '%s' "${TOOLS_PACKAGES[*]}" >"$TOOLS_STAMP"
+fi
+
+PEFT_STAMP=$VENV/.grpo-tools-peft
+if [[ ! -f $PEFT_STAMP || "$(cat "$PEFT_STAMP")" != "${PEFT_PACKAGES[*]}" ]]; then
+    echo "== tools venv: installing ${PEFT_PACKAGES[*]}" >&2
+    "${PIP[@]}" --no-deps "${PEFT_PACKAGES[@]}" >&2
+    "$PY" -c 'import peft; from peft import LoraConfig, PeftModel, get_peft_model' >&2
+    printf '%s' "${PEFT_PACKAGES[*]}" >"$PEFT_STAMP"
 fi
 
 TRL_STAMP=$VENV/.grpo-tools-trl

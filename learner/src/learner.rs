@@ -84,6 +84,7 @@ impl<O: Objective> Learner<O> {
         let state = TrainState {
             params: lay_out(client, &mesh, params)?,
             optimizer,
+            frozen: Vec::new(),
         };
         Ok(Learner {
             client: client.clone(),
@@ -136,12 +137,13 @@ impl<O: Objective> Learner<O> {
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
         let spec = TrainStepSpec {
             params: param_types(&self.decoder, ElementType::F32),
+            frozen: Vec::new(),
             batch: self.objective.batch_types(shape),
             optimizer: &self.optimization.optimizer,
             max_grad_norm: self.optimization.max_grad_norm,
             accumulate,
         };
-        let loss = |params: &[Tensor], batch: &[Tensor]| {
+        let loss = |params: &[Tensor], _: &[Tensor], batch: &[Tensor]| {
             let params = in_dtype(params, self.optimization.compute)?;
             self.objective.loss(&self.decoder, &params, batch)
         };

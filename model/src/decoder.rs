@@ -7,18 +7,35 @@
 //! Attention takes its keys and values as tensors with a key mask, so the
 //! same block serves training (keys = this sequence) and generation (keys =
 //! a KV cache the rollout engine owns).
+//!
+//! A decoder may carry LoRA adapters ([`Decoder::with_adapters`]): their
+//! tensors follow the base parameters, and every adapted linear layer adds
+//! its low-rank product.
 
 use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
+use crate::lora::{LoraConfig, adapter_parameters};
 use crate::names::{ParamSpec, parameters};
 
-/// A decoder: its config and parameter layout.
+/// A decoder: its config and parameter layout (the base model's, then its
+/// adapters' when it has some).
 #[derive(Debug, Clone)]
 pub struct Decoder {
     config: ModelConfig,
     params: Vec<ParamSpec>,
+    /// The base model's parameters: the first this many.
+    base_count: usize,
+    adapters: Option<Adapters>,
+}
+
+/// The LoRA adapters of a decoder.
+#[derive(Debug, Clone)]
+struct Adapters {
+    lora: LoraConfig,
+    /// The adapted layers' names (`model.layers.0.self_attn.q_proj`).
+    layers: Vec<String>,
 }
 
 /// Most tokens whose logits exist at once in [`Decoder::token_logprobs`].
@@ -175,7 +192,64 @@ impl Decoder {
     /// A decoder for `config`.
     pub fn new(config: ModelConfig) -> Decoder {
         let params = parameters(&config);
-        Decoder { config, params }
+        Decoder {
+            base_count: params.len(),
+            config,
+            params,
+            adapters: None,
+        }
+    }
+
+    /// The decoder of `config` with `lora`'s adapters, whose tensors follow
+    /// the base parameters; refuses targets the model lacks.
+    pub fn with_adapters(config: ModelConfig, lora: LoraConfig) -> crate::Result<Decoder> {
+        let layers = lora.layers(&config)?;
+        let mut decoder = Decoder::new(config);
+        decoder.params.extend(adapter_parameters(&layers, lora.rank));
+        decoder.adapters = Some(Adapters {
+            lora,
+            layers: layers.into_iter().map(|l| l.name).collect(),
+        });
+        Ok(decoder)
+    }
+
+    /// The same decoder without adapters (the frozen base of an adapted one).
+    pub fn base(&self) -> Decoder {
+        Decoder::new(self.config.clone())
+    }
+
+    /// Its LoRA settings, when it has adapters.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.adapters.as_ref().map(|a| &a.lora)
+    }
+
+    /// The base model's parameters (all of them without adapters).
+    pub fn base_parameters(&self) -> &[ParamSpec] {
+        &self.params[..self.base_count]
+    }
+
+    /// The adapters' tensors (none without adapters).
+    pub fn adapter_parameters(&self) -> &[ParamSpec] {
+        &self.params[self.base_count..]
+    }
+
+    /// `x` through the linear layer `layer` (`model.layers.0.mlp.down_proj`)
+    /// and its bias when `bias`, plus its adapter's `(x·Aᵀ)·Bᵀ·s` when it has one.
+    fn linear_layer(&self, w: &Weights<'_>, layer: &str, x: &Tensor, bias: bool) -> Result<Tensor> {
+        let b = if bias {
+            Some(w.get(&format!("{layer}.bias"))?)
+        } else {
+            None
+        };
+        let y = linear(x, w.get(&format!("{layer}.weight"))?, b)?;
+        match &self.adapters {
+            Some(adapters) if adapters.layers.iter().any(|l| l == layer) => {
+                let low = linear(x, w.get(&format!("{layer}.lora_A.weight"))?, None)?;
+                let update = linear(&low, w.get(&format!("{layer}.lora_B.weight"))?, None)?;
+                y.add(&update.mul_scalar(adapters.lora.scaling())?)
+            }
+            _ => Ok(y),
+        }
     }
 
     /// The config.
@@ -441,20 +515,18 @@ impl Decoder {
             };
             let rope = |x: &Tensor| -> Result<Tensor> { x.mul(cos)?.add(&rotate_half(x)?.mul(sin)?) };
             let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
+            let lin = |leaf: &str, input: &Tensor, bias: bool| {
+                self.linear_layer(&w, &format!("model.layers.{layer}.{leaf}"), input, bias)
+            };
             let project = |name: &str, n: i64, input: &Tensor| -> Result<Tensor> {
-                let bias = if c.qkv_bias {
-                    Some(p(&format!("self_attn.{name}.bias"))?)
-                } else {
-                    None
-                };
-                linear(input, p(&format!("self_attn.{name}.weight"))?, bias)?
+                lin(&format!("self_attn.{name}"), input, c.qkv_bias)?
                     .reshape(&[b, t, n, hd])?
                     .transpose(&[0, 2, 1, 3])
             };
             let h = self.norm(&x, p("input_layernorm.weight")?)?;
             let (mut q, mut k, v) = if c.fused_projections {
                 // Phi-3: one product, then the query, key and value columns.
-                let qkv = linear(&h, p("self_attn.qkv_proj.weight")?, None)?;
+                let qkv = lin("self_attn.qkv_proj", &h, false)?;
                 let heads_of = |from: i64, n: i64| -> Result<Tensor> {
                     qkv.slice_axis(2, from * hd, (from + n) * hd)?
                         .reshape(&[b, t, n, hd])?
@@ -475,7 +547,7 @@ impl Decoder {
             let context = attend(layer, rope(&q)?, rope(&k)?, v)?
                 .transpose(&[0, 2, 1, 3])?
                 .reshape(&[b, t, heads * hd])?;
-            let attended = linear(&context, p("self_attn.o_proj.weight")?, None)?;
+            let attended = lin("self_attn.o_proj", &context, false)?;
             // Gemma normalizes each branch's output before its residual add.
             let h = if c.gemma.is_some() {
                 x = x.add(&self.norm(&attended, p("post_attention_layernorm.weight")?)?)?;
@@ -486,21 +558,18 @@ impl Decoder {
             };
             let (gate, up) = if c.fused_projections {
                 // Phi-3: the gate's columns, then the up projection's.
-                let fused = linear(&h, p("mlp.gate_up_proj.weight")?, None)?;
+                let fused = lin("mlp.gate_up_proj", &h, false)?;
                 let i = c.intermediate_size as i64;
                 (fused.slice_axis(2, 0, i)?, fused.slice_axis(2, i, 2 * i)?)
             } else {
-                (
-                    linear(&h, p("mlp.gate_proj.weight")?, None)?,
-                    linear(&h, p("mlp.up_proj.weight")?, None)?,
-                )
+                (lin("mlp.gate_proj", &h, false)?, lin("mlp.up_proj", &h, false)?)
             };
             let gate = if c.gemma.is_some() {
                 gelu_tanh(&gate)?
             } else {
                 gate.silu()?
             };
-            let mut mlp = linear(&gate.mul(&up)?, p("mlp.down_proj.weight")?, None)?;
+            let mut mlp = lin("mlp.down_proj", &gate.mul(&up)?, false)?;
             if c.gemma.is_some() {
                 mlp = self.norm(&mlp, p("post_feedforward_layernorm.weight")?)?;
             }

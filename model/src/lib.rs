@@ -15,6 +15,7 @@ pub mod gguf;
 pub mod init;
 pub mod load;
 pub mod logprobs;
+pub mod lora;
 pub mod names;
 pub mod pretrained;
 pub mod text;

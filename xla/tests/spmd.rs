@@ -188,16 +188,13 @@ fn run_on(
     data: &MlpData,
     steps: &[&[[Vec<f32>; 2]]],
 ) -> (Run, Vec<usize>) {
-    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
     let step = TrainStep::compile(client, spec, mesh, loss).unwrap();
     let mut state = step
-        .init_state(laid_out(
-            client,
-            mesh,
-            &data.params,
-            &spec.params,
-            step.param_shardings(),
-        ))
+        .init_state(
+            laid_out(client, mesh, &data.params, &spec.params, step.param_shardings()),
+            Vec::new(),
+        )
         .unwrap();
     let compiles = client.compile_stats().compiles;
     let mut metrics = Vec::new();
@@ -262,6 +259,7 @@ fn relative_error(a: &[f32], b: &[f32]) -> f64 {
 fn mlp_spec(optimizer: &AdamW) -> TrainStepSpec<'_> {
     TrainStepSpec {
         params: param_types(),
+        frozen: Vec::new(),
         batch: batch_types(),
         optimizer,
         max_grad_norm: Some(MAX_GRAD_NORM),
@@ -418,6 +416,7 @@ fn layouts_that_do_not_fit_are_errors_before_xla() {
     let optimizer = AdamW::default();
     let spec = TrainStepSpec {
         params: param_types(),
+        frozen: Vec::new(),
         batch: vec![
             TensorType::new(ElementType::F32, [6, 8]),
             TensorType::new(ElementType::F32, [6, 3]),
@@ -426,7 +425,7 @@ fn layouts_that_do_not_fit_are_errors_before_xla() {
         max_grad_norm: None,
         accumulate: false,
     };
-    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
     let fsdp = all_devices(&client, Parallelism::Fsdp { devices: DEVICES });
     let batch = TrainStep::compile(&client, &spec, &fsdp, loss)
         .err()

@@ -253,15 +253,16 @@ fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
     let optimizer = AdamW::default();
     let spec = TrainStepSpec {
         params: types,
+        frozen: Vec::new(),
         batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
     };
     let mesh = Mesh::single(client.device(0).unwrap());
-    let loss = |p: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
     let step = TrainStep::compile(&client, &spec, &mesh, loss).unwrap();
-    let mut state = step.init_state(whole(params)).unwrap();
+    let mut state = step.init_state(whole(params), Vec::new()).unwrap();
     let data = whole(data);
     let batch = [data.iter().collect::<Vec<_>>()];
     let first = step.step(&mut state, &batch, 1e-2).unwrap();
@@ -303,13 +304,20 @@ fn accumulated_micro_batches_equal_one_full_batch() {
     let optimizer = AdamW::default();
     let full_spec = TrainStepSpec {
         params: types.clone(),
+        frozen: Vec::new(),
         batch: data.iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
     };
-    let full = TrainStep::compile(&client, &full_spec, &mesh, mlp_loss_and_sse).unwrap();
-    let mut full_state = full.init_state(copy(&host)).unwrap();
+    let full = TrainStep::compile(
+        &client,
+        &full_spec,
+        &mesh,
+        |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(p, b),
+    )
+    .unwrap();
+    let mut full_state = full.init_state(copy(&host), Vec::new()).unwrap();
     let (x, y) = (data[0].to_host::<f32>().unwrap(), data[1].to_host::<f32>().unwrap());
     let data = whole(data);
     let full_metrics = full.step(&mut full_state, &[data.iter().collect()], 1e-2).unwrap();
@@ -330,13 +338,20 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         .collect();
     let micro_spec = TrainStepSpec {
         params: types.clone(),
+        frozen: Vec::new(),
         batch: halves[0].iter().map(|b| b.tensor_type().clone()).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: true,
     };
-    let accumulating = TrainStep::compile(&client, &micro_spec, &mesh, mlp_loss_and_sse).unwrap();
-    let mut micro_state = accumulating.init_state(copy(&host)).unwrap();
+    let accumulating = TrainStep::compile(
+        &client,
+        &micro_spec,
+        &mesh,
+        |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(p, b),
+    )
+    .unwrap();
+    let mut micro_state = accumulating.init_state(copy(&host), Vec::new()).unwrap();
     let micro_batches: Vec<Vec<&ShardedBuffer>> = halves.iter().map(|h| h.iter().collect()).collect();
     let micro_metrics = accumulating.step(&mut micro_state, &micro_batches, 1e-2).unwrap();
 
@@ -384,4 +399,81 @@ fn build_errors_name_the_op_and_the_graph_is_cleaned_up() {
     assert_eq!(function.node_count(), 3, "parameter, exp, add:\n{text}");
     let late = x.exp().unwrap_err().to_string();
     assert!(late.contains("already built"), "{late}");
+}
+
+#[test]
+fn frozen_inputs_get_no_update_and_the_rest_trains_as_with_everything_trained() {
+    let client = cpu_client(1);
+    let device = client.device(0).unwrap();
+    let (params, types, data) = mlp_setup(&client, 16);
+    let host: Vec<Vec<f32>> = params.iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let upload = |range: std::ops::Range<usize>| -> Vec<ShardedBuffer> {
+        range
+            .map(|i| {
+                client
+                    .buffer_from_host(&host[i], &types[i].dims, device)
+                    .unwrap()
+                    .into()
+            })
+            .collect()
+    };
+    let optimizer = Sgd::default();
+    let mesh = Mesh::single(device);
+    let batch_types: Vec<TensorType> = data.iter().map(|b| b.tensor_type().clone()).collect();
+    let data = whole(data);
+    let batch: Vec<&ShardedBuffer> = data.iter().collect();
+
+    // Everything trained: the reference gradients of the output layer.
+    let all = TrainStepSpec {
+        params: types.clone(),
+        frozen: Vec::new(),
+        batch: batch_types.clone(),
+        optimizer: &optimizer,
+        max_grad_norm: None,
+        accumulate: false,
+    };
+    let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
+    let everything = TrainStep::compile(&client, &all, &mesh, loss).unwrap();
+    let mut full = everything.init_state(upload(0..4), Vec::new()).unwrap();
+    let want = everything.step(&mut full, std::slice::from_ref(&batch), 0.1).unwrap();
+    let want_out: Vec<Vec<f32>> = full.params[2..].iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+
+    // The first layer frozen: the loss sees it after the trained ones.
+    for accumulate in [false, true] {
+        let spec = TrainStepSpec {
+            params: types[2..].to_vec(),
+            frozen: types[..2].to_vec(),
+            batch: batch_types.clone(),
+            optimizer: &optimizer,
+            max_grad_norm: None,
+            accumulate,
+        };
+        let loss = |trained: &[Tensor], frozen: &[Tensor], b: &[Tensor]| {
+            let all = [&frozen[0], &frozen[1], &trained[0], &trained[1]].map(Clone::clone);
+            Ok((mlp_loss(&all, b)?, Vec::new()))
+        };
+        let step = TrainStep::compile(&client, &spec, &mesh, loss).unwrap();
+        let mut state = step.init_state(upload(2..4), upload(0..2)).unwrap();
+        let micro_batches = if accumulate {
+            vec![batch.clone(), batch.clone()]
+        } else {
+            vec![batch.clone()]
+        };
+        let got = step.step(&mut state, &micro_batches, 0.1).unwrap();
+        assert!(
+            (got.loss - want.loss).abs() <= 1e-6 * want.loss.abs(),
+            "{got:?} vs {want:?}"
+        );
+        // The gradient norm covers the trained parameters only.
+        assert!(got.grad_norm < want.grad_norm, "{got:?} vs {want:?}");
+        for (p, want) in state.params.iter().zip(&want_out) {
+            let got = p.to_host::<f32>().unwrap();
+            for (a, b) in got.iter().zip(want) {
+                assert!((a - b).abs() <= 1e-6, "{a} vs {b} (accumulate {accumulate})");
+            }
+        }
+        for (f, want) in state.frozen.iter().zip(&host[..2]) {
+            assert_eq!(&f.to_host::<f32>().unwrap(), want, "frozen inputs stay");
+        }
+    }
 }

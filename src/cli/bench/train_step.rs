@@ -123,13 +123,14 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
     let optimizer = AdamW::default();
     let spec = TrainStepSpec {
         params: model.params.iter().map(f32_type).collect(),
+        frozen: Vec::new(),
         batch: model.batch.iter().map(f32_type).collect(),
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
     };
     let mesh = Mesh::single(client.device(0)?);
-    let loss = |params: &[Tensor], batch: &[Tensor]| Ok(((model.loss)(params, batch)?, Vec::new()));
+    let loss = |params: &[Tensor], _: &[Tensor], batch: &[Tensor]| Ok(((model.loss)(params, batch)?, Vec::new()));
     let step = TrainStep::compile(&client, &spec, &mesh, loss)?;
     let params = model
         .params
@@ -140,7 +141,7 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
         })
         .map(|buffer| buffer.map(ShardedBuffer::from))
         .collect::<Result<_>>()?;
-    let mut state = step.init_state(params)?;
+    let mut state = step.init_state(params, Vec::new())?;
     let batch: Vec<ShardedBuffer> = model
         .batch
         .iter()

@@ -16,6 +16,11 @@
 //!
 //! A loss function returns its scalar loss and scalar metrics (such as
 //! clip fractions); each step reports them, summed over micro-batches.
+//!
+//! Besides the trained parameters a step may take frozen ones
+//! ([`TrainStepSpec::frozen`]): inputs the loss reads (a base model under
+//! adapters) that get no gradient, no optimizer state and no update, laid
+//! out like the parameters and borrowed by every run.
 
 use super::function::Function;
 use super::graph::{Graph, Tensor};
@@ -30,6 +35,9 @@ use crate::sharding::Sharding;
 pub struct TrainStepSpec<'a> {
     /// Parameter types, in the order the loss function receives them.
     pub params: Vec<TensorType>,
+    /// Frozen input types (read by the loss, never trained), in the order
+    /// the loss function receives them.
+    pub frozen: Vec<TensorType>,
     /// Batch tensor types (of one micro-batch when accumulating), in the
     /// order the loss function receives them.
     pub batch: Vec<TensorType>,
@@ -51,13 +59,15 @@ pub struct TrainState {
     pub params: Vec<ShardedBuffer>,
     /// Optimizer state, in [`Optimizer::state_spec`] order.
     pub optimizer: Vec<ShardedBuffer>,
+    /// Frozen inputs, in the spec's order (empty when nothing is frozen).
+    pub frozen: Vec<ShardedBuffer>,
 }
 
 impl TrainState {
     /// Device bytes of parameters and optimizer state held by each device.
     pub fn device_bytes(&self) -> Vec<usize> {
         let devices = self.params.first().map_or(0, |p| p.shards().len());
-        let arrays = || self.params.iter().chain(&self.optimizer);
+        let arrays = || self.params.iter().chain(&self.optimizer).chain(&self.frozen);
         (0..devices)
             .map(|d| {
                 arrays()
@@ -79,8 +89,8 @@ pub struct StepMetrics {
     pub metrics: Vec<f32>,
 }
 
-/// A loss function over (params, batch) returning a scalar loss and scalar metrics.
-type LossFn<'a> = &'a dyn Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>;
+/// A loss function over (params, frozen, batch) returning a scalar loss and scalar metrics.
+type LossFn<'a> = &'a dyn Fn(&[Tensor], &[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>;
 
 /// The traced pieces shared by the step programs.
 struct Traced {
@@ -92,7 +102,8 @@ struct Traced {
 }
 
 /// Traces `loss_fn` over fresh parameters (then the inputs `before_batch`
-/// adds, then the batch) and differentiates it.
+/// adds, then the frozen inputs, then the batch) and differentiates it
+/// with respect to the parameters.
 fn trace_loss(
     name: &str,
     spec: &TrainStepSpec<'_>,
@@ -102,8 +113,9 @@ fn trace_loss(
     let graph = Graph::new(name);
     let params = parameters(&graph, &spec.params)?;
     before_batch(&graph)?;
+    let frozen = parameters(&graph, &spec.frozen)?;
     let batch = parameters(&graph, &spec.batch)?;
-    let (loss, metrics) = loss_fn(&params, &batch)?;
+    let (loss, metrics) = loss_fn(&params, &frozen, &batch)?;
     if let Some(bad) = metrics.iter().find(|m| m.rank() != 0) {
         return Err(Error::Trace {
             op: "train_step",
@@ -153,6 +165,7 @@ struct Layout {
     mesh: Mesh,
     params: Vec<Sharding>,
     state: Vec<Sharding>,
+    frozen: Vec<Sharding>,
     batch: Vec<Sharding>,
 }
 
@@ -168,6 +181,7 @@ impl Layout {
             mesh: mesh.clone(),
             params: spec.params.iter().map(|t| mesh.state_sharding(t)).collect(),
             state: state_spec.iter().map(|(_, t)| mesh.state_sharding(t)).collect(),
+            frozen: spec.frozen.iter().map(|t| mesh.state_sharding(t)).collect(),
             batch,
         })
     }
@@ -186,10 +200,10 @@ fn scalars(count: usize) -> Vec<Sharding> {
 
 /// The compiled programs of a step.
 enum Programs {
-    /// `(params, state, batch, lr) → (params', state', loss, grad_norm, metrics…)`.
+    /// `(params, state, frozen, batch, lr) → (params', state', loss, grad_norm, metrics…)`.
     Whole(Executable),
-    /// `first (params, batch) → (grads, loss, metrics…)`, `accumulate
-    /// (params, acc, batch) → (acc + grads, loss, metrics…)` with the
+    /// `first (params, frozen, batch) → (grads, loss, metrics…)`, `accumulate
+    /// (params, acc, frozen, batch) → (acc + grads, loss, metrics…)` with the
     /// accumulator donated, `apply (params, state, acc, lr, scale) →
     /// (params', state', grad_norm)` with parameters and state donated.
     Accumulating(Accumulation),
@@ -212,13 +226,13 @@ pub struct TrainStep {
 }
 
 impl TrainStep {
-    /// Traces `loss_fn(params, batch)` (a scalar loss and scalar metrics)
-    /// and compiles the step's programs for `mesh`.
+    /// Traces `loss_fn(params, frozen, batch)` (a scalar loss and scalar
+    /// metrics) and compiles the step's programs for `mesh`.
     pub fn compile(
         client: &Client,
         spec: &TrainStepSpec<'_>,
         mesh: &Mesh,
-        loss_fn: impl Fn(&[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
+        loss_fn: impl Fn(&[Tensor], &[Tensor], &[Tensor]) -> Result<(Tensor, Vec<Tensor>)>,
     ) -> Result<TrainStep> {
         let state_spec = spec.optimizer.state_spec(&spec.params);
         let layout = Layout::new(spec, &state_spec, mesh)?;
@@ -250,17 +264,27 @@ impl TrainStep {
         &self.layout.batch
     }
 
+    /// The layout of each frozen input.
+    pub fn frozen_shardings(&self) -> &[Sharding] {
+        &self.layout.frozen
+    }
+
     /// A training state from parameters laid out as
-    /// [`TrainStep::param_shardings`], with zeroed optimizer state (each
+    /// [`TrainStep::param_shardings`] (and frozen inputs as
+    /// [`TrainStep::frozen_shardings`]), with zeroed optimizer state (each
     /// device allocates only its shards).
-    pub fn init_state(&self, params: Vec<ShardedBuffer>) -> Result<TrainState> {
+    pub fn init_state(&self, params: Vec<ShardedBuffer>, frozen: Vec<ShardedBuffer>) -> Result<TrainState> {
         let optimizer = self
             .state_spec
             .iter()
             .zip(&self.layout.state)
             .map(|((_, ty), sharding)| self.layout.mesh.zeros(&self.client, ty, sharding))
             .collect::<Result<_>>()?;
-        Ok(TrainState { params, optimizer })
+        Ok(TrainState {
+            params,
+            optimizer,
+            frozen,
+        })
     }
 
     /// One optimizer step in place on `state` with learning rate `lr` over
@@ -303,6 +327,7 @@ impl TrainStep {
         let lr = self.scalar(program, lr)?;
         let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Donate).collect();
         args.extend(state.optimizer.iter().map(Arg::Donate));
+        args.extend(state.frozen.iter().map(Arg::Borrow));
         args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
         args.push(Arg::Borrow(&lr));
         let mut outputs = program.execute_sharded(&args)?;
@@ -332,6 +357,7 @@ impl TrainStep {
     ) -> Result<StepMetrics> {
         let read_all = |arrays: &[ShardedBuffer]| arrays.iter().map(read).collect::<Result<Vec<_>>>();
         let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
+        args.extend(state.frozen.iter().map(Arg::Borrow));
         args.extend(first_batch.iter().map(|&b| Arg::Borrow(b)));
         let mut acc = first.execute_sharded(&args)?;
         let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
@@ -339,6 +365,7 @@ impl TrainStep {
         for batch in rest {
             let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
             args.extend(acc.iter().map(Arg::Donate));
+            args.extend(state.frozen.iter().map(Arg::Borrow));
             args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
             let mut out = accumulate.execute_sharded(&args)?;
             let more = read_all(&out.split_off(out.len() - self.metrics))?;
@@ -392,8 +419,13 @@ fn whole_program(
     outputs.extend(traced.metrics.iter().cloned());
     let metrics = traced.metrics.len();
     let function = build(&traced.graph, &outputs)?.donate_range(0..spec.params.len() + state_spec.len())?;
-    let (p, s, b) = (&layout.params[..], &layout.state[..], &layout.batch[..]);
-    let function = layout.partition(function, &[p, s, b, &scalars(1)], &[p, s, &scalars(2 + metrics)])?;
+    let (p, s, f, b) = (
+        &layout.params[..],
+        &layout.state[..],
+        &layout.frozen[..],
+        &layout.batch[..],
+    );
+    let function = layout.partition(function, &[p, s, f, b, &scalars(1)], &[p, s, &scalars(2 + metrics)])?;
     Ok((Programs::Whole(function.compile(client)?), metrics))
 }
 
@@ -407,7 +439,12 @@ fn accumulation_programs(
     loss_fn: LossFn<'_>,
 ) -> Result<(Programs, usize)> {
     let n = spec.params.len();
-    let (p, s, b) = (&layout.params[..], &layout.state[..], &layout.batch[..]);
+    let (p, s, f, b) = (
+        &layout.params[..],
+        &layout.state[..],
+        &layout.frozen[..],
+        &layout.batch[..],
+    );
 
     let first = trace_loss("grad_first", spec, loss_fn, |_| Ok(()))?;
     let metrics = first.metrics.len();
@@ -415,7 +452,7 @@ fn accumulation_programs(
     let mut outputs = first.grads.clone();
     outputs.push(first.loss.clone());
     outputs.extend(first.metrics.iter().cloned());
-    let first = layout.partition(build(&first.graph, &outputs)?, &[p, b], &[p, &per_batch])?;
+    let first = layout.partition(build(&first.graph, &outputs)?, &[p, f, b], &[p, &per_batch])?;
 
     let mut acc = Vec::new();
     let more = trace_loss("grad_accumulate", spec, loss_fn, |graph| {
@@ -430,7 +467,7 @@ fn accumulation_programs(
     outputs.push(more.loss.clone());
     outputs.extend(more.metrics.iter().cloned());
     let accumulate = (0..n).try_fold(build(&more.graph, &outputs)?, |f, i| f.donate(n + i, i))?;
-    let accumulate = layout.partition(accumulate, &[p, p, b], &[p, &per_batch])?;
+    let accumulate = layout.partition(accumulate, &[p, p, f, b], &[p, &per_batch])?;
 
     let graph = Graph::new("apply_update");
     let params = parameters(&graph, &spec.params)?;

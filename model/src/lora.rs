@@ -139,7 +139,10 @@ impl LoraConfig {
             .filter(|l| self.targets.matches(&l.name, pattern.as_ref()))
             .collect();
         if adapted.is_empty() {
-            return Err(bad(format!("target_modules matches no layer of this model: {}", choices())));
+            return Err(bad(format!(
+                "target_modules matches no layer of this model: {}",
+                choices()
+            )));
         }
         Ok(adapted)
     }
@@ -179,7 +182,11 @@ impl LoraConfig {
         let field = |name: &str| config.get(name).filter(|v| !v.is_null());
         match field("peft_type").and_then(Value::as_str) {
             Some("LORA") => {}
-            other => return Err(bad(format!("peft_type {other:?} is not LORA: grpo reads LoRA adapters only"))),
+            other => {
+                return Err(bad(format!(
+                    "peft_type {other:?} is not LORA: grpo reads LoRA adapters only"
+                )));
+            }
         }
         let refused = |name: &str, supported: &dyn Fn(&Value) -> bool| -> Result<()> {
             match field(name) {
@@ -322,7 +329,9 @@ impl AdapterFolder {
         let lora = LoraConfig::from_peft(&config_path, &settings)?;
         let weights_path = dir.join(ADAPTER_WEIGHTS_FILE);
         let file = Safetensors::open_files(std::slice::from_ref(&weights_path))?;
-        let layers = lora.layers(config).map_err(|e| Error::format(&config_path, e.to_string()))?;
+        let layers = lora
+            .layers(config)
+            .map_err(|e| Error::format(&config_path, e.to_string()))?;
         let mut tensors = BTreeMap::new();
         for spec in adapter_parameters(&layers, lora.rank) {
             let stored = peft_name(&spec.name);
@@ -400,4 +409,78 @@ impl WeightSource for WithAdapters<'_> {
             None => self.base.tensor(name),
         }
     }
+}
+
+/// A base model's weights with adapters merged in: each adapted layer's
+/// weight becomes `W + s·B·A` (summed in f64, stored f32), the rest as the
+/// base has them — a plain model with the adapters' behaviour, for engines
+/// that take whole weights and for merged folders.
+pub struct Merged<'a> {
+    /// The base model's weights.
+    pub base: &'a dyn WeightSource,
+    /// The adapters' settings.
+    pub lora: &'a LoraConfig,
+    /// The adapter tensors, named as [`adapter_parameters`] names them.
+    pub adapters: &'a BTreeMap<String, HostTensor>,
+}
+
+impl WeightSource for Merged<'_> {
+    fn location(&self) -> std::path::PathBuf {
+        self.base.location()
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.base.names()
+    }
+
+    fn tensor(&self, name: &str) -> Result<HostTensor> {
+        let mut weight = self.base.tensor(name)?;
+        let Some(layer) = name.strip_suffix(".weight") else {
+            return Ok(weight);
+        };
+        let (Some(a), Some(b)) = (
+            self.adapters.get(&format!("{layer}.lora_A.weight")),
+            self.adapters.get(&format!("{layer}.lora_B.weight")),
+        ) else {
+            return Ok(weight);
+        };
+        merge_into(&mut weight, a, b, self.lora.scaling()).map_err(|message| Error::Tensor {
+            path: self.base.location(),
+            tensor: name.to_string(),
+            message,
+        })?;
+        Ok(weight)
+    }
+}
+
+/// `weight` `[out, in]` += `scaling`·`b`·`a` for `a` `[r, in]`, `b` `[out, r]`.
+fn merge_into(
+    weight: &mut HostTensor,
+    a: &HostTensor,
+    b: &HostTensor,
+    scaling: f64,
+) -> std::result::Result<(), String> {
+    let (outputs, inputs) = match weight.dims[..] {
+        [o, i] => (o, i),
+        _ => return Err(format!("shape {:?} is not a linear layer's", weight.dims)),
+    };
+    let rank = a.dims.first().copied().unwrap_or(0);
+    if a.dims != [rank, inputs] || b.dims != [outputs, rank] {
+        return Err(format!(
+            "adapters of shapes {:?} and {:?} do not fit a [{outputs}, {inputs}] weight",
+            a.dims, b.dims
+        ));
+    }
+    for o in 0..outputs {
+        let b_row = &b.data[o * rank..(o + 1) * rank];
+        for (i, w) in weight.data[o * inputs..(o + 1) * inputs].iter_mut().enumerate() {
+            let update: f64 = b_row
+                .iter()
+                .enumerate()
+                .map(|(k, &bk)| f64::from(bk) * f64::from(a.data[k * inputs + i]))
+                .sum();
+            *w = (f64::from(*w) + scaling * update) as f32;
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! LoRA adapters against PEFT: adapters PEFT made on the tiny parity models
 //! (fixtures from `tools/make_lora_fixtures.py`) load in grpo and give
 //! PEFT's log-probs and adapter gradients; new adapters leave the model as
-//! it is; PEFT folders round-trip; options grpo does not apply are refused.
+//! it is; merged into the base they score as PEFT does; PEFT folders round-trip; options grpo does not apply are refused.
 
 mod common;
 
@@ -11,17 +11,21 @@ use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
-use grpo_model::lora::{AdapterFolder, LoraConfig, Targets, WithAdapters, new_adapters, peft_name};
+use grpo_model::lora::{AdapterFolder, LoraConfig, Merged, Targets, WithAdapters, new_adapters, peft_name};
 use grpo_model::weights::{Safetensors, WeightSource};
 use grpo_xla::trace::{Graph, Tensor, grad};
 use grpo_xla::{ElementType, Pred};
 
 fn parity(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity").join(family)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/parity")
+        .join(family)
 }
 
 fn lora_fixture(family: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lora").join(family)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lora")
+        .join(family)
 }
 
 /// The parity inputs: ids and mask `[B, T]`.
@@ -46,7 +50,11 @@ fn inputs(family: &str) -> (Vec<i32>, Vec<Pred>, i64, i64) {
 /// Per-token log-probs `[B·(T−1)]` of `decoder` on the parity inputs of
 /// `family`, and the gradient of their masked sum with respect to each
 /// parameter the decoder has beyond its base model's.
-fn logprobs_and_adapter_grads(family: &str, decoder: &Decoder, weights: &dyn WeightSource) -> (Vec<f32>, Vec<Vec<f32>>) {
+fn logprobs_and_adapter_grads(
+    family: &str,
+    decoder: &Decoder,
+    weights: &dyn WeightSource,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
     let (ids, mask, b, t) = inputs(family);
     let graph = Graph::new("lora");
     let params = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
@@ -101,14 +109,37 @@ fn check_peft_made(family: &str) {
     let (logprobs, grads) = logprobs_and_adapter_grads(family, &decoder, &source);
     let difference = worst(&logprobs, &expected.tensor("logprobs").unwrap().data, &mask);
     println!("{family}: max |grpo − PEFT| log-prob {difference:e}");
-    assert!(difference <= 1e-4, "{family} log-probs differ from PEFT's by {difference}");
+    assert!(
+        difference <= 1e-4,
+        "{family} log-probs differ from PEFT's by {difference}"
+    );
     assert_eq!(grads.len(), decoder.adapter_parameters().len());
     for (spec, got) in decoder.adapter_parameters().iter().zip(&grads) {
-        let want = expected.tensor(&format!("grad.{}", peft_name(&spec.name))).unwrap().data;
+        let want = expected
+            .tensor(&format!("grad.{}", peft_name(&spec.name)))
+            .unwrap()
+            .data;
         let scale = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
         let diff = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
-        assert!(scale > 0.0 && diff <= 1e-3 * scale, "{family} grad of {}: {diff} (scale {scale})", spec.name);
+        assert!(
+            scale > 0.0 && diff <= 1e-3 * scale,
+            "{family} grad of {}: {diff} (scale {scale})",
+            spec.name
+        );
     }
+
+    // Merged into the base weights: the plain decoder scores as PEFT does.
+    let merged = Merged {
+        base: &base,
+        lora: &folder.lora,
+        adapters: &folder.tensors,
+    };
+    let (merged_logprobs, _) = logprobs_and_adapter_grads(family, &decoder.base(), &merged);
+    let difference = worst(&merged_logprobs, &expected.tensor("logprobs").unwrap().data, &mask);
+    assert!(
+        difference <= 1e-4,
+        "{family} merged log-probs differ from PEFT's by {difference}"
+    );
 
     // Adapters off: the base decoder on the base weights is PEFT's base.
     let (base_logprobs, none) = logprobs_and_adapter_grads(family, &decoder.base(), &base);

@@ -411,7 +411,9 @@ fn fleet_at_version_3(model: &Path, addrs: &[String], timeout: Duration) -> Work
         .map(|p| p.name.as_str())
         .zip(&buffers)
         .collect();
-    fleet.start_at(3, &named).unwrap();
+    fleet
+        .start_at(3, &|| grpo_learner::learner::host_tensors(&named))
+        .unwrap();
     fleet
 }
 

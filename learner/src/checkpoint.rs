@@ -1,8 +1,11 @@
 //! Checkpoints: `OUT/checkpoint-<step>/` holds the policy as a Hugging Face
 //! folder (config.json, model.safetensors in f32, tokenizer files — what
-//! transformers loads), `optimizer.safetensors` (the optimizer state by its
-//! names) and `trainer_state.json` (the loop's state: step, data position,
-//! RNG seeds, statistics — whatever the loop serializes).
+//! transformers loads) or, when adapters train, as a PEFT adapter folder
+//! (adapter_config.json, adapter_model.safetensors in f32, tokenizer files —
+//! what `PeftModel.from_pretrained` loads over the base model),
+//! `optimizer.safetensors` (the optimizer state by its names) and
+//! `trainer_state.json` (the loop's state: step, data position, RNG seeds,
+//! statistics — whatever the loop serializes).
 //!
 //! Writing is atomic and durable: everything goes into a temporary sibling
 //! folder whose files and folder are synced to disk before it is renamed
@@ -15,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use grpo_model::config::ModelConfig;
+use grpo_model::lora::AdapterFolder;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
 
@@ -29,20 +33,57 @@ pub const STATE_FILE: &str = "trainer_state.json";
 pub struct CheckpointParts<'a> {
     /// The step just completed.
     pub step: u64,
-    /// The model's config.
-    pub config: &'a ModelConfig,
-    /// The tokenizer (its files are copied in).
-    pub tokenizer: &'a Tokenizer,
-    /// Parameters with their names, on the host.
-    pub params: Vec<(String, HostTensor)>,
+    /// The model.
+    pub model: SavedModel<'a>,
+    /// The policy's trained weights.
+    pub policy: SavedPolicy,
     /// Optimizer state with its names, on the host.
     pub optimizer: Vec<(String, HostTensor)>,
     /// The loop's state.
     pub state: serde_json::Value,
 }
 
+/// The model a policy is saved as: its config, its tokenizer (whose files
+/// are copied in) and its name (the base an adapter folder records).
+#[derive(Clone, Copy)]
+pub struct SavedModel<'a> {
+    /// The model's config.
+    pub config: &'a ModelConfig,
+    /// The tokenizer.
+    pub tokenizer: &'a Tokenizer,
+    /// The model's name or path, as the run's config gives it.
+    pub name: &'a str,
+}
+
+/// A policy as it is saved.
+pub enum SavedPolicy {
+    /// The whole model's parameters with their names: a Hugging Face folder.
+    Model(Vec<(String, HostTensor)>),
+    /// Adapters: a PEFT folder over the base model.
+    Adapters(AdapterFolder),
+}
+
+impl SavedPolicy {
+    /// Writes the policy of `model` into folder `dir` (with the tokenizer's files).
+    fn write(&self, dir: &Path, model: SavedModel<'_>) -> Result<()> {
+        match self {
+            SavedPolicy::Model(params) => {
+                let tensors: BTreeMap<_, _> = params.iter().cloned().collect();
+                let config = model.config;
+                grpo_model::pretrained::write_model_dir(dir, &config.to_hf_json(), config, &tensors, model.tokenizer)?;
+            }
+            SavedPolicy::Adapters(folder) => {
+                folder.write(dir, model.config, model.name)?;
+                model.tokenizer.save(dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A checkpoint's training state read back; its parameters are a model
-/// folder, read with `Pretrained::open(dir)` like any other.
+/// folder, read with `Pretrained::open(dir)` like any other (or an adapter
+/// folder, read with `AdapterFolder::read`).
 #[derive(Debug)]
 pub struct LoadedCheckpoint {
     /// Its folder.
@@ -73,14 +114,7 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    let tensors: BTreeMap<_, _> = parts.params.iter().cloned().collect();
-    grpo_model::pretrained::write_model_dir(
-        &staging,
-        &parts.config.to_hf_json(),
-        parts.config,
-        &tensors,
-        parts.tokenizer,
-    )?;
+    parts.policy.write(&staging, parts.model)?;
     let optimizer: BTreeMap<_, _> = parts.optimizer.iter().cloned().collect();
     save_safetensors(staging.join(OPTIMIZER_FILE), &optimizer)?;
     let state_path = staging.join(STATE_FILE);
@@ -117,26 +151,15 @@ fn sync(path: &Path) -> Result<()> {
         .map_err(|e| io(path, "sync", e))
 }
 
-/// Writes the policy (named host tensors) alone as a Hugging Face folder at
+/// Writes the policy alone as a Hugging Face (or PEFT adapter) folder at
 /// `dir` (e.g. `OUT/final/`), atomically through a staging sibling.
-pub fn save_model(
-    dir: &Path,
-    config: &ModelConfig,
-    tokenizer: &Tokenizer,
-    params: Vec<(String, HostTensor)>,
-) -> Result<()> {
+pub fn save_model(dir: &Path, model: SavedModel<'_>, policy: &SavedPolicy) -> Result<()> {
     let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("model");
     let staging = dir.with_file_name(format!(".{name}.partial-{}", std::process::id()));
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    grpo_model::pretrained::write_model_dir(
-        &staging,
-        &config.to_hf_json(),
-        config,
-        &params.into_iter().collect(),
-        tokenizer,
-    )?;
+    policy.write(&staging, model)?;
     move_into_place(&staging, dir)
 }
 

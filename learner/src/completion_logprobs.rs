@@ -67,13 +67,13 @@ impl LogprobPrograms {
     /// as the batch is.
     pub fn append(
         &mut self,
-        policy: &[ShardedBuffer],
+        policy: &[&ShardedBuffer],
         shape: MicroBatchShape,
         inputs: &mut Vec<ShardedBuffer>,
     ) -> Result<()> {
         let layout: Vec<Sharding> = policy.iter().map(|p| p.sharding().clone()).collect();
         let program = self.program(shape, layout)?;
-        let mut args: Vec<_> = policy.iter().map(Arg::Borrow).collect();
+        let mut args: Vec<_> = policy.iter().map(|&p| Arg::Borrow(p)).collect();
         args.extend([Arg::Borrow(&inputs[0]), Arg::Borrow(&inputs[1])]);
         let logprobs = program.execute_sharded(&args)?.remove(0);
         inputs.push(logprobs);

@@ -3,11 +3,12 @@
 //! are refused naming them, and invalid values are refused before any work
 //! starts. The `[[reward]]` and `[reward_pool]` tables belong to
 //! grpo-reward and are read there, the `[environment]` table to grpo-env. `grpo sft`'s config ([`sft`]) shares
-//! the `[model]`, `[optimizer]` and `[checkpoint]` sections.
+//! the `[model]`, `[optimizer]`, `[checkpoint]` and `[lora]` sections.
 
 mod algorithm;
 mod data;
 mod file;
+mod lora;
 mod optimizer;
 mod rollout;
 pub mod sft;
@@ -23,6 +24,7 @@ use crate::error::Result;
 pub use algorithm::AlgorithmSection;
 pub use data::{DataSection, ModelSection};
 pub use file::{ConfigFile, with_overrides};
+pub use lora::{LoraSection, TargetModules};
 pub use optimizer::OptimizerSection;
 pub use rollout::RolloutSection;
 pub use trainer::{CheckpointSection, LoggingSection, TrainerSection};
@@ -54,6 +56,8 @@ pub struct RunConfig {
     /// Outputs.
     #[serde(default)]
     pub logging: LoggingSection,
+    /// LoRA adapters (absent: the whole model trains).
+    pub lora: Option<LoraSection>,
 }
 
 /// Most samples per prompt.
@@ -73,7 +77,8 @@ impl ConfigFile for RunConfig {
         self.rollout.validate()?;
         self.algorithm.validate()?;
         self.optimizer.validate()?;
-        self.trainer.validate()
+        self.trainer.validate()?;
+        self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }
 
     fn rebase(&mut self, base: &Path) {

@@ -5,6 +5,10 @@
 //! through the host. It reads the f32 parameters once and writes the
 //! engine's copies once; the copies are new buffers, which the next train
 //! step (donating the learner's parameters) cannot touch.
+//!
+//! A decoder with LoRA adapters copies into a plain model: each adapted
+//! layer's weight leaves as `W + s·B·A`, computed in f32 before the
+//! conversion, so engines run the policy without knowing of adapters.
 
 use grpo_model::decoder::Decoder;
 use grpo_xla::trace::{Graph, Tensor};
@@ -20,24 +24,24 @@ pub struct EngineCopy {
 }
 
 impl EngineCopy {
-    /// Compiles the copy of `decoder`'s parameters into `dtype` (f32 or bf16).
+    /// Compiles the copy of `decoder`'s parameters (adapters merged in)
+    /// into `dtype` (f32 or bf16).
     pub fn compile(client: &Client, decoder: &Decoder, dtype: ElementType) -> Result<EngineCopy> {
         let graph = Graph::new("engine_weights");
-        let specs = decoder.parameters();
-        let params = specs
+        let params = decoder.parameter_tensors(&graph, ElementType::F32)?;
+        let specs = decoder.base_parameters();
+        let merged = specs
             .iter()
-            .map(|spec| {
-                let dims: Vec<i64> = spec.dims.iter().map(|&d| d as i64).collect();
-                graph.parameter(ElementType::F32, &dims)
-            })
+            .zip(&params)
+            .map(|(spec, p)| merged(decoder, &params, &spec.name, p))
             .collect::<grpo_xla::Result<Vec<Tensor>>>()?;
-        let mut outputs = params
+        let mut outputs = merged
             .iter()
             .map(|p| p.convert(dtype))
             .collect::<grpo_xla::Result<Vec<Tensor>>>()?;
         // x · 0 is 0 for finite x and NaN for ±inf and NaN, so each sum is 0
         // exactly when the parameter is finite.
-        let checks = params
+        let checks = merged
             .iter()
             .map(|p| p.mul_scalar(0.0)?.sum_all()?.reshape(&[1]))
             .collect::<grpo_xla::Result<Vec<Tensor>>>()?;
@@ -56,8 +60,8 @@ impl EngineCopy {
     }
 
     /// Copies of `params` (the decoder's order, f32, on one device) in the
-    /// engine's dtype on the same device; refuses weights with a
-    /// non-finite value, naming the parameter.
+    /// engine's dtype on the same device, one per base parameter; refuses
+    /// weights with a non-finite value, naming the parameter.
     pub fn run(&self, params: &[&Buffer]) -> Result<Vec<Buffer>> {
         let mut outputs = self.program.execute(params)?;
         let checks = outputs.pop().expect("the program's last output is the check");
@@ -71,5 +75,24 @@ impl EngineCopy {
             });
         }
         Ok(outputs)
+    }
+}
+
+/// Base parameter `name` (`weight`) with its layer's adapter merged in, when
+/// `decoder` adapts that layer: `W + s·B·A`.
+fn merged(decoder: &Decoder, params: &[Tensor], name: &str, weight: &Tensor) -> grpo_xla::Result<Tensor> {
+    let (Some(lora), Some(layer)) = (decoder.lora(), name.strip_suffix(".weight")) else {
+        return Ok(weight.clone());
+    };
+    let find = |suffix: &str| {
+        let wanted = format!("{layer}.{suffix}");
+        decoder.parameters().iter().position(|p| p.name == wanted).map(|i| &params[i])
+    };
+    match (find("lora_A.weight"), find("lora_B.weight")) {
+        (Some(a), Some(b)) => {
+            let product = b.dot_general(a, &[], &[], &[1], &[0])?;
+            weight.add(&product.mul_scalar(lora.scaling())?)
+        }
+        _ => Ok(weight.clone()),
     }
 }

@@ -37,7 +37,7 @@ use crate::data::{Example, PromptSampler, SamplerState};
 use crate::episode::Episode;
 use crate::error::{Error, Result};
 use crate::fleet::{Fleet, FleetHealth, PolicyWeights};
-use crate::learner::{Learner, Optimization, check_rows, lay_out, named_params};
+use crate::learner::{Learner, Optimization, check_rows, lay_out};
 use crate::loss::GrpoLoss;
 use crate::metrics::{CompletionStats, EpisodeStats, eval_names, metrics_of, reward_breakdown};
 use crate::objective::grpo::GrpoObjective;
@@ -303,7 +303,9 @@ pub struct GrpoParts {
     pub mesh: Mesh,
     /// The frozen reference policy of the KL term (f32 on the client's
     /// first device, the decoder's order; laid out on the mesh as the
-    /// learner's weights): required when β > 0, unused otherwise.
+    /// learner's weights): required when β > 0 without adapters; with
+    /// adapters the reference is the learner's frozen base (adapters off)
+    /// and this is `None`.
     pub reference: Option<Vec<Buffer>>,
     /// Multi-turn runs: the episodes' environment and budgets (`None`:
     /// one completion per sample).
@@ -322,7 +324,15 @@ pub struct GrpoTask {
     reward_names: Vec<String>,
     eval: Vec<Example>,
     logprobs_programs: LogprobPrograms,
-    reference: Option<Vec<ShardedBuffer>>,
+    reference: Option<Reference>,
+}
+
+/// The frozen reference policy of the KL term and its log-prob programs.
+struct Reference {
+    programs: LogprobPrograms,
+    /// Its own weights; `None`: the learner's frozen base (the policy's
+    /// adapters off), so the model is held once.
+    weights: Option<Vec<ShardedBuffer>>,
 }
 
 impl Trainer<GrpoTask> {
@@ -345,11 +355,12 @@ impl Trainer<GrpoTask> {
         } = parts;
         check_rows(&mesh, config.micro_batch_rows)?;
         check_guides(&decoder, &tokenizer, config.guide.as_ref(), data.iter().chain(&eval))?;
-        if (config.loss.beta > 0.0) != reference.is_some() {
+        let adapted = decoder.lora().is_some();
+        if (config.loss.beta > 0.0 && !adapted) != reference.is_some() {
             return Err(Error::Config {
                 field: "algorithm.beta",
                 message: format!(
-                    "β = {} needs a reference policy exactly when it is above 0",
+                    "β = {} needs reference weights exactly when it is above 0 without adapters",
                     config.loss.beta
                 ),
             });
@@ -370,8 +381,11 @@ impl Trainer<GrpoTask> {
         };
         start.choices = Some(config.choices);
         let step = start.step as usize;
-        // The fleet starts on the learner's weights, as version `step`.
-        fleet.start_at(start.step, &named_params(&decoder, &params))?;
+        let optimizer = checkpoint.map(|c| &c.optimizer);
+        let learner = Learner::new(&client, &decoder, mesh, objective, optimization, params, optimizer)?;
+        let mesh = learner.mesh().clone();
+        // The fleet starts on the learner's weights (adapters merged in), as version `step`.
+        fleet.start_at(start.step, &|| learner.host_policy())?;
         let reward_names = rewards.names();
         let data_rows = data.len();
         let side = RolloutSide {
@@ -393,7 +407,15 @@ impl Trainer<GrpoTask> {
             episodes,
             guide: config.guide.clone(),
         };
-        let reference = reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?;
+        let temperature = config.loss.temperature;
+        let reference = (config.loss.beta > 0.0)
+            .then(|| -> Result<Reference> {
+                Ok(Reference {
+                    programs: LogprobPrograms::new(&client, &decoder.base(), &mesh, temperature),
+                    weights: reference.map(|weights| lay_out(&client, &mesh, weights)).transpose()?,
+                })
+            })
+            .transpose()?;
         let task = GrpoTask {
             logprobs_programs: LogprobPrograms::new(&client, &decoder, &mesh, config.loss.temperature),
             reference,
@@ -405,8 +427,6 @@ impl Trainer<GrpoTask> {
             eval,
             config,
         };
-        let optimizer = checkpoint.map(|c| &c.optimizer);
-        let learner = Learner::new(&client, &decoder, mesh, objective, optimization, params, optimizer)?;
         Ok(Trainer::new(learner, task, start))
     }
 }
@@ -647,10 +667,14 @@ impl GrpoTask {
         for inputs in &mut uploaded {
             // After the six batch inputs: the old log-probs, then the reference's.
             if c.iterations > 1 {
-                self.logprobs_programs.append(&learner.state().params, shape, inputs)?;
+                self.logprobs_programs.append(&learner.policy(), shape, inputs)?;
             }
-            if let Some(reference) = &self.reference {
-                self.logprobs_programs.append(reference, shape, inputs)?;
+            if let Some(reference) = &mut self.reference {
+                let weights: Vec<&ShardedBuffer> = match &reference.weights {
+                    Some(own) => own.iter().collect(),
+                    None => learner.state().frozen.iter().collect(),
+                };
+                reference.programs.append(&weights, shape, inputs)?;
             }
         }
         let mut metrics = learner.train(shape, &uploaded, lr as f32)?;
@@ -674,5 +698,5 @@ fn policy_weights(learner: &mut Learner<GrpoObjective>, shared: Option<(i32, Ele
             copy_seconds: started.elapsed().as_secs_f64(),
         });
     }
-    Ok(PolicyWeights::Host(learner.host_params()?.into()))
+    Ok(PolicyWeights::Host(learner.host_policy()?.into()))
 }

@@ -6,23 +6,29 @@
 //! folder), device copies for an in-process engine on its one device
 //! ([`EngineCopy`]), and checkpoints.
 //!
+//! With LoRA adapters ([`Decoder::with_adapters`]) the learner trains the
+//! adapters alone: the base model is a frozen input of the train step (no
+//! gradient, no optimizer state), and what leaves for the fleet is the
+//! policy with the adapters merged in.
+//!
 //! Memory: parameters plus AdamW's two moments, three f32 copies of the
-//! model (split over the devices under FSDP), and one set of compiled
+//! model (split over the devices under FSDP) — with adapters, one f32 copy
+//! of the base plus three of the adapters — and one set of compiled
 //! programs per micro-batch shape; a host copy of the weights only while
 //! it is being sent or written.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
-use grpo_model::tokenizer::Tokenizer;
+use grpo_model::lora::AdapterFolder;
+use grpo_model::names::ParamSpec;
 use grpo_model::weights::HostTensor;
 use grpo_xla::trace::{AdamW, Mesh, Optimizer, StepMetrics, Tensor, TrainState, TrainStep, TrainStepSpec};
 use grpo_xla::{Buffer, Client, ElementType, ShardedBuffer, TensorType};
 
 use crate::batch::MicroBatchShape;
-use crate::checkpoint::{self, CheckpointParts, OPTIMIZER_FILE};
+use crate::checkpoint::{self, CheckpointParts, OPTIMIZER_FILE, SavedModel, SavedPolicy};
 use crate::engine_copy::EngineCopy;
 use crate::error::{Error, Result};
 use crate::objective::Objective;
@@ -55,9 +61,10 @@ pub struct Learner<O> {
 
 impl<O: Objective> Learner<O> {
     /// A learner of `decoder` on `mesh` from `params` (f32 on the client's
-    /// first device, the decoder's order) and `optimizer_state`: a
-    /// checkpoint's tensors by name, or zeros for `None` (or a checkpoint
-    /// saved before the first step, which holds none).
+    /// first device, the decoder's order: with adapters, the base model's
+    /// then the adapters') and `optimizer_state`: a checkpoint's tensors by
+    /// name, or zeros for `None` (or a checkpoint saved before the first
+    /// step, which holds none).
     pub fn new(
         client: &Client,
         decoder: &Decoder,
@@ -81,10 +88,12 @@ impl<O: Objective> Learner<O> {
                 })
                 .collect::<Result<_>>()?,
         };
+        let mut params = params;
+        let trained = params.split_off(frozen_specs(decoder).len());
         let state = TrainState {
-            params: lay_out(client, &mesh, params)?,
+            params: lay_out(client, &mesh, trained)?,
             optimizer,
-            frozen: Vec::new(),
+            frozen: lay_out(client, &mesh, params)?,
         };
         Ok(Learner {
             client: client.clone(),
@@ -113,6 +122,12 @@ impl<O: Objective> Learner<O> {
         &self.state
     }
 
+    /// The policy's weights in the decoder's order: the frozen base's, then
+    /// the trained ones (all of them without adapters).
+    pub fn policy(&self) -> Vec<&ShardedBuffer> {
+        self.state.frozen.iter().chain(&self.state.params).collect()
+    }
+
     /// One optimizer step at learning rate `lr` over `micro_batches` of
     /// `shape` (each the objective's inputs on the mesh, as
     /// [`crate::batch::batch_input`] lays them out),
@@ -136,24 +151,25 @@ impl<O: Objective> Learner<O> {
     /// compiles its train step on the mesh.
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
         let spec = TrainStepSpec {
-            params: param_types(&self.decoder, ElementType::F32),
-            frozen: Vec::new(),
+            params: types(trained_specs(&self.decoder), ElementType::F32),
+            frozen: types(frozen_specs(&self.decoder), ElementType::F32),
             batch: self.objective.batch_types(shape),
             optimizer: &self.optimization.optimizer,
             max_grad_norm: self.optimization.max_grad_norm,
             accumulate,
         };
-        let loss = |params: &[Tensor], _: &[Tensor], batch: &[Tensor]| {
-            let params = in_dtype(params, self.optimization.compute)?;
+        let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
+            let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();
+            let params = in_dtype(&all, self.optimization.compute)?;
             self.objective.loss(&self.decoder, &params, batch)
         };
         Ok(TrainStep::compile(&self.client, &spec, &self.mesh, loss)?)
     }
 
-    /// Copies of the parameters in `dtype`, made on the device, for an
-    /// engine on device `device`; `None` unless the learner's whole state
-    /// is on that one device (then weights go through the host). Refuses
-    /// weights with a non-finite value.
+    /// Copies of the policy's weights in `dtype` (adapters merged in), made
+    /// on the device, for an engine on device `device`; `None` unless the
+    /// learner's whole state is on that one device (then weights go through
+    /// the host). Refuses weights with a non-finite value.
     pub fn engine_weights(&mut self, device: i32, dtype: ElementType) -> Result<Option<Vec<Buffer>>> {
         let on_device = self.mesh.devices().len() == 1 && self.mesh.devices()[0].id() == device;
         if !on_device {
@@ -162,7 +178,7 @@ impl<O: Objective> Learner<O> {
         if self.engine_copy.as_ref().is_none_or(|copy| copy.dtype() != dtype) {
             self.engine_copy = Some(EngineCopy::compile(&self.client, &self.decoder, dtype)?);
         }
-        let params: Vec<&Buffer> = self.state.params.iter().map(|p| &p.shards()[0]).collect();
+        let params: Vec<&Buffer> = self.policy().iter().map(|p| &p.shards()[0]).collect();
         let copy = self.engine_copy.as_ref().expect("compiled above");
         copy.run(&params).map(Some)
     }
@@ -172,11 +188,27 @@ impl<O: Objective> Learner<O> {
         self.steps.len()
     }
 
-    /// The parameters as f32 host tensors named by the decoder (gathered
-    /// from their shards).
+    /// The trained parameters (the adapters, or the whole model without
+    /// them) as f32 host tensors named by the decoder (gathered from their shards).
     pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
-        let names = self.decoder.parameters().iter().map(|p| p.name.clone());
+        let names = trained_specs(&self.decoder).iter().map(|p| p.name.clone());
         Ok(names.zip(host_arrays(&self.state.params)?).collect())
+    }
+
+    /// The policy as a plain model's f32 host tensors named by the base
+    /// decoder: the adapters merged in on the device (in f32) when it has
+    /// them, else [`Learner::host_params`].
+    pub fn host_policy(&self) -> Result<Vec<(String, HostTensor)>> {
+        if self.decoder.lora().is_none() {
+            return self.host_params();
+        }
+        let merge = EngineCopy::compile(&self.client, &self.decoder, ElementType::F32)?;
+        let merged = self.with_params_on_one_device(|params| merge.run(params))?;
+        let names = self.decoder.base_parameters().iter().map(|p| p.name.clone());
+        names
+            .zip(&merged)
+            .map(|(name, buffer)| Ok((name, host_tensor(buffer)?)))
+            .collect()
     }
 
     /// The optimizer state as f32 host tensors, named as checkpoints store them.
@@ -198,34 +230,47 @@ impl<O: Objective> Learner<O> {
         self.state.device_bytes()
     }
 
+    /// The trained weights as they are saved: a PEFT adapter folder's
+    /// tensors with adapters, else the whole model's.
+    pub fn saved_policy(&self) -> Result<SavedPolicy> {
+        let params = self.host_params()?;
+        Ok(match self.decoder.lora() {
+            Some(lora) => SavedPolicy::Adapters(AdapterFolder {
+                lora: lora.clone(),
+                tensors: params.into_iter().collect(),
+            }),
+            None => SavedPolicy::Model(params),
+        })
+    }
+
     /// Writes `OUT/checkpoint-<step>/` (the policy as a Hugging Face folder
-    /// of `model`, the optimizer state and the loop's `loop_state`), atomically.
+    /// of `model`, or its adapters as a PEFT folder; the optimizer state and
+    /// the loop's `loop_state`), atomically.
     pub fn save_checkpoint(
         &self,
         out: &Path,
         step: u64,
-        model: (&ModelConfig, &Tokenizer),
+        model: SavedModel<'_>,
         loop_state: serde_json::Value,
     ) -> Result<PathBuf> {
         checkpoint::save(
             out,
             &CheckpointParts {
                 step,
-                config: model.0,
-                tokenizer: model.1,
-                params: self.host_params()?,
+                model,
+                policy: self.saved_policy()?,
                 optimizer: self.host_optimizer()?,
                 state: loop_state,
             },
         )
     }
 
-    /// Runs `f` on the parameters whole on the mesh's first device, as
-    /// forward-only programs of one device take them: the arrays' buffers
-    /// on one device or when replicated, a gathered copy under FSDP (freed
-    /// when `f` returns).
+    /// Runs `f` on the policy's weights (the decoder's order) whole on the
+    /// mesh's first device, as forward-only programs of one device take
+    /// them: the arrays' buffers on one device or when replicated, a
+    /// gathered copy under FSDP (freed when `f` returns).
     pub fn with_params_on_one_device<T>(&self, f: impl FnOnce(&[&Buffer]) -> Result<T>) -> Result<T> {
-        let params = &self.state.params;
+        let params = self.policy();
         if params.iter().all(|p| p.sharding().is_replicated()) {
             return f(&params.iter().map(|p| &p.shards()[0]).collect::<Vec<_>>());
         }
@@ -273,15 +318,16 @@ pub fn lay_out(client: &Client, mesh: &Mesh, params: Vec<Buffer>) -> Result<Vec<
 }
 
 /// The optimizer state's names and types, its `m.<i>` / `v.<i>` named after
-/// the parameters (`m.model.norm.weight`), as checkpoints store them.
+/// the trained parameters (`m.model.norm.weight`), as checkpoints store them.
 pub fn optimizer_names(decoder: &Decoder, optimizer: &dyn Optimizer) -> Vec<(String, TensorType)> {
+    let trained = trained_specs(decoder);
     optimizer
-        .state_spec(&param_types(decoder, ElementType::F32))
+        .state_spec(&types(trained, ElementType::F32))
         .into_iter()
         .map(|(name, ty)| {
             let named = match name.split_once('.') {
                 Some((slot, index)) => match index.parse::<usize>() {
-                    Ok(i) => format!("{slot}.{}", decoder.parameters()[i].name),
+                    Ok(i) => format!("{slot}.{}", trained[i].name),
                     Err(_) => name,
                 },
                 None => name,
@@ -313,10 +359,27 @@ fn saved_tensor<'a>(saved: &'a BTreeMap<String, HostTensor>, name: &str, ty: &Te
     Ok(tensor)
 }
 
-/// The types of `decoder`'s parameters in `dtype`, in its order.
-pub fn param_types(decoder: &Decoder, dtype: ElementType) -> Vec<TensorType> {
-    decoder
-        .parameters()
+/// The parameters of `decoder` the learner trains: its adapters when it
+/// has some, else all of them.
+pub fn trained_specs(decoder: &Decoder) -> &[ParamSpec] {
+    match decoder.lora() {
+        Some(_) => decoder.adapter_parameters(),
+        None => decoder.parameters(),
+    }
+}
+
+/// The parameters of `decoder` the learner keeps frozen: the base model
+/// under adapters, else none.
+pub fn frozen_specs(decoder: &Decoder) -> &[ParamSpec] {
+    match decoder.lora() {
+        Some(_) => decoder.base_parameters(),
+        None => &[],
+    }
+}
+
+/// The types of parameters `specs` in `dtype`, in their order.
+pub fn types(specs: &[ParamSpec], dtype: ElementType) -> Vec<TensorType> {
+    specs
         .iter()
         .map(|p| TensorType::new(dtype, p.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
         .collect()
@@ -333,16 +396,6 @@ pub fn in_dtype(params: &[Tensor], dtype: ElementType) -> grpo_xla::Result<Vec<T
                 p.convert(dtype)
             }
         })
-        .collect()
-}
-
-/// `params` (in `decoder`'s order) with their names.
-pub fn named_params<'a>(decoder: &'a Decoder, params: &'a [Buffer]) -> Vec<(&'a str, &'a Buffer)> {
-    decoder
-        .parameters()
-        .iter()
-        .map(|p| p.name.as_str())
-        .zip(params)
         .collect()
 }
 

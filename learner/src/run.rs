@@ -9,7 +9,12 @@
 //! continues from the folder's newest checkpoint exactly (weights,
 //! optimizer state, data position; later metrics lines and rollout parts
 //! are dropped, since the run makes them again).
+//!
+//! With a `[lora]` section the policy is the model with adapters: new ones
+//! from the section's seed, or a checkpoint's (an adapter folder, over the
+//! model's own weights); in-process engines start on the adapters merged in.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,9 +23,10 @@ use grpo_model::chat::ChatTemplate;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
+use grpo_model::lora::{ADAPTER_CONFIG_FILE, AdapterFolder, LoraConfig, Merged, WithAdapters, new_adapters};
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::WeightSource;
+use grpo_model::weights::{HostTensor, WeightSource};
 use grpo_reward::RewardPool;
 use grpo_rollout::engine::EngineConfig;
 use grpo_worker::AuthToken;
@@ -28,11 +34,11 @@ use grpo_xla::trace::Mesh;
 use grpo_xla::{Buffer, Client, ElementType};
 use serde_json::{Map, Value};
 
-use crate::checkpoint::{self, LoadedCheckpoint, save_model};
+use crate::checkpoint::{self, LoadedCheckpoint, SavedModel, save_model};
 use crate::choices::{self, ChoiceRecord, ChoiceRequest};
 use crate::collect::{EncodedPrompt, EpisodeSetup, PromptEncoder};
 use crate::config::sft::SftRunConfig;
-use crate::config::{CheckpointSection, ModelSection, RunConfig};
+use crate::config::{CheckpointSection, LoraSection, ModelSection, RunConfig};
 use crate::data::{Example, Prompt, load_jsonl, split};
 use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
@@ -49,6 +55,8 @@ pub struct Run<T: Task> {
     out: PathBuf,
     max_steps: usize,
     model: (ModelConfig, Arc<Tokenizer>),
+    /// The model's name or path, as the config gives it.
+    model_name: String,
     resumed_from: Option<PathBuf>,
     eval_every: usize,
     checkpoints: Checkpoints,
@@ -57,11 +65,24 @@ pub struct Run<T: Task> {
 }
 
 /// The model a run trains and where it starts: the model's own weights,
-/// or a checkpoint's.
+/// or a checkpoint's; with adapters, new ones or a checkpoint's.
 struct Start {
     model: Pretrained,
+    name: String,
     tokenizer: Arc<Tokenizer>,
+    /// The adapters' settings, when adapters train.
+    lora: Option<LoraConfig>,
+    /// The adapters the policy starts from (empty without adapters).
+    adapters: BTreeMap<String, HostTensor>,
     checkpoint: Option<Resumed>,
+}
+
+/// What reading a checkpoint folder found.
+enum Found {
+    /// Its weights (`None` for adapters), adapters and training state.
+    Readable(Option<Box<dyn WeightSource>>, BTreeMap<String, HostTensor>, LoadedCheckpoint),
+    /// A checkpoint of another model or adapters: why.
+    Foreign(String),
 }
 
 /// The chat template file at `path`, checked to compile.
@@ -75,13 +96,16 @@ fn read_chat_template(path: &Path) -> Result<String> {
     Ok(source)
 }
 
-/// A checkpoint read back: its folder, weights and training state.
-type Resumed = (PathBuf, Box<dyn WeightSource>, LoadedCheckpoint);
+/// A checkpoint read back: its folder, weights (a model folder's; `None`
+/// for an adapter folder, whose tensors become [`Start::adapters`]) and
+/// training state.
+type Resumed = (PathBuf, Option<Box<dyn WeightSource>>, LoadedCheckpoint);
 
 impl Start {
-    /// Opens model `name` for a run in `out`, and with `resume` the newest
-    /// readable checkpoint there (refusing a new run in a folder that holds one).
-    fn open(section: &ModelSection, out: &Path, resume: bool) -> Result<Start> {
+    /// Opens model `name` for a run in `out` (with the adapters `lora`
+    /// asks for), and with `resume` the newest readable checkpoint there
+    /// (refusing a new run in a folder that holds one).
+    fn open(section: &ModelSection, lora: Option<&LoraSection>, out: &Path, resume: bool) -> Result<Start> {
         let name = section.name.as_str();
         let candidates = resume_candidates(out, resume)?;
         let model = Pretrained::open(name)?;
@@ -93,32 +117,57 @@ impl Start {
             tokenizer = tokenizer.with_chat_template(read_chat_template(path)?);
         }
         let tokenizer = Arc::new(tokenizer);
-        let checkpoint = Start::first_readable(&model, name, candidates)?;
+        let seed = lora.map_or(0, |l| l.seed);
+        let lora = lora.map(LoraSection::lora);
+        let layers = match &lora {
+            Some(lora) => lora.layers(&model.config).map_err(|e| Error::Config {
+                field: "lora.target_modules",
+                message: e.to_string(),
+            })?,
+            None => Vec::new(),
+        };
+        let (checkpoint, adapters) = match Start::first_readable(&model, name, candidates, lora.as_ref())? {
+            Some((resumed, adapters)) => (Some(resumed), adapters),
+            None => match &lora {
+                Some(lora) => (None, new_adapters(&layers, lora.rank, seed)?),
+                None => (None, BTreeMap::new()),
+            },
+        };
         Ok(Start {
             model,
+            name: name.to_string(),
             tokenizer,
+            lora,
+            adapters,
             checkpoint,
         })
     }
 
+    /// The policy's decoder: the model's, with the adapters when they train.
+    fn decoder(&self) -> Result<Decoder> {
+        let config = self.model.config.clone();
+        Ok(match &self.lora {
+            Some(lora) => Decoder::with_adapters(config, lora.clone())?,
+            None => Decoder::new(config),
+        })
+    }
+
     /// The newest of `candidates` (newest first) that reads back as a
-    /// checkpoint of `model`: an unreadable one is set aside, saying so,
-    /// and the one before it taken (none left: the run starts again from
-    /// step 0); a checkpoint of another model is refused.
-    fn first_readable(model: &Pretrained, name: &str, candidates: Vec<PathBuf>) -> Result<Option<Resumed>> {
+    /// checkpoint of `model` (of its adapters `lora`, when they train),
+    /// with its adapters: an unreadable one is set aside, saying so, and
+    /// the one before it taken (none left: the run starts again from step
+    /// 0); a checkpoint of another model or other adapters is refused.
+    fn first_readable(
+        model: &Pretrained,
+        name: &str,
+        candidates: Vec<PathBuf>,
+        lora: Option<&LoraConfig>,
+    ) -> Result<Option<(Resumed, BTreeMap<String, HostTensor>)>> {
         let any = !candidates.is_empty();
         for dir in candidates {
-            let read = Pretrained::open_dir(&dir)
-                .map_err(Error::from)
-                .and_then(|saved| Ok((saved, checkpoint::load(&dir)?)));
-            match read {
-                Ok((saved, _)) if saved.config != model.config => {
-                    return Err(Error::Output {
-                        dir,
-                        message: format!("a checkpoint of another model than `{name}`"),
-                    });
-                }
-                Ok((saved, state)) => return Ok(Some((dir, saved.weights, state))),
+            match Start::read_checkpoint(model, name, &dir, lora) {
+                Ok(Found::Foreign(message)) => return Err(Error::Output { dir, message }),
+                Ok(Found::Readable(weights, adapters, state)) => return Ok(Some(((dir, weights, state), adapters))),
                 Err(e) => {
                     let aside = checkpoint::set_aside(&dir)?;
                     tracing::warn!(
@@ -135,16 +184,61 @@ impl Start {
         Ok(None)
     }
 
+    /// Reads checkpoint folder `dir` of a run of `model` (called `name`),
+    /// whose adapters are `lora` when they train.
+    fn read_checkpoint(model: &Pretrained, name: &str, dir: &Path, lora: Option<&LoraConfig>) -> Result<Found> {
+        let holds_adapters = dir.join(ADAPTER_CONFIG_FILE).is_file();
+        if holds_adapters != lora.is_some() {
+            return Ok(Found::Foreign(if holds_adapters {
+                "a checkpoint of LoRA adapters: resume it with the [lora] section it was trained with".to_string()
+            } else {
+                "a checkpoint of the whole model: resume it without a [lora] section".to_string()
+            }));
+        }
+        let Some(lora) = lora else {
+            let saved = Pretrained::open_dir(dir)?;
+            if saved.config != model.config {
+                return Ok(Found::Foreign(format!("a checkpoint of another model than `{name}`")));
+            }
+            return Ok(Found::Readable(Some(saved.weights), BTreeMap::new(), checkpoint::load(dir)?));
+        };
+        let folder = AdapterFolder::read(dir, &model.config)?;
+        if folder.lora != *lora {
+            return Ok(Found::Foreign(format!(
+                "a checkpoint of other adapters ({:?}) than the [lora] section's ({lora:?})",
+                folder.lora
+            )));
+        }
+        Ok(Found::Readable(None, folder.tensors, checkpoint::load(dir)?))
+    }
+
     /// The checkpoint's training state, when resuming.
     fn checkpoint(&self) -> Option<&LoadedCheckpoint> {
         self.checkpoint.as_ref().map(|(_, _, state)| state)
     }
 
-    /// The weights the policy starts from.
-    fn weights(&self) -> &dyn WeightSource {
-        match &self.checkpoint {
-            Some((_, weights, _)) => weights.as_ref(),
-            None => self.model.weights.as_ref(),
+    /// The weights the policy starts from (with its adapters, when they train).
+    fn weights(&self) -> WithAdapters<'_> {
+        let base = match &self.checkpoint {
+            Some((_, Some(weights), _)) => weights.as_ref(),
+            _ => self.model.weights.as_ref(),
+        };
+        WithAdapters {
+            base,
+            adapters: &self.adapters,
+        }
+    }
+
+    /// The weights engines start from: the policy's, adapters merged in.
+    fn engine_weights(&self) -> Box<dyn WeightSource + '_> {
+        let policy = self.weights();
+        match &self.lora {
+            Some(lora) => Box::new(Merged {
+                base: policy.base,
+                lora,
+                adapters: &self.adapters,
+            }),
+            None => Box::new(policy),
         }
     }
 
@@ -273,7 +367,7 @@ impl Run<GrpoTask> {
     ) -> Result<Self> {
         let plan = FleetPlan::of(&config.rollout);
         let out = config.logging.out.clone();
-        let start = Start::open(&config.model, &out, resume)?;
+        let start = Start::open(&config.model, config.lora.as_ref(), &out, resume)?;
         let (train, eval) = config.data.load()?;
         let (r, t) = (&config.rollout, &config.trainer);
         let max_model_len = r.max_model_len.min(start.model.config.max_positions);
@@ -306,15 +400,18 @@ impl Run<GrpoTask> {
         let choices = ChoiceRecord::decide(client, &request, recorded, &grpo_xla::pjrt::cache_dir())?;
         let grpo = GrpoConfig::of(config, choices.choices);
         warn_if_cut_short(&grpo.schedule);
-        let decoder = Decoder::new(start.model.config.clone());
-        // The policy starts from the checkpoint when resuming; the KL's reference is always the model.
-        let reference = (grpo.loss.beta > 0.0)
+        let decoder = start.decoder()?;
+        // The policy starts from the checkpoint when resuming; the KL's
+        // reference is always the model (with adapters, the learner's own base).
+        let reference = (grpo.loss.beta > 0.0 && start.lora.is_none())
             .then(|| Start::upload(client, &decoder, start.model.weights.as_ref()))
             .transpose()?;
+        let engine_decoder = decoder.base();
+        let engine_weights = start.engine_weights();
         let engine = EngineParts {
             client,
-            decoder: &decoder,
-            weights: start.weights(),
+            decoder: &engine_decoder,
+            weights: engine_weights.as_ref(),
             tokenizer: start.tokenizer.clone(),
             config: EngineConfig {
                 max_num_seqs: slots,
@@ -332,7 +429,7 @@ impl Run<GrpoTask> {
         })?;
         let parts = GrpoParts {
             client: client.clone(),
-            params: Start::upload(client, &decoder, start.weights())?,
+            params: Start::upload(client, &decoder, &start.weights())?,
             decoder,
             tokenizer: start.tokenizer.clone(),
             fleet,
@@ -345,6 +442,7 @@ impl Run<GrpoTask> {
             // A step's episodes all run at once; an evaluation's, that many at a time.
             episodes: episodes.map(|e| e.with_concurrency(r.group_size * r.prompts_per_step)),
         };
+        drop(engine_weights);
         let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
         let run = Run::assemble(
             trainer,
@@ -365,18 +463,18 @@ impl Run<SftTask> {
         let mut sft = SftConfig::of(config);
         warn_if_cut_short(&sft.schedule);
         let out = config.logging.out.clone();
-        let start = Start::open(&config.model, &out, resume)?;
+        let start = Start::open(&config.model, config.lora.as_ref(), &out, resume)?;
         sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let rows = load_jsonl(&config.data.path, &config.data.prompt_column)?;
         let (train, eval) = split(rows, config.data.eval_size, config.data.seed)?;
         let column = &config.data.completion_column;
-        let decoder = Decoder::new(start.model.config.clone());
+        let decoder = start.decoder()?;
         let parts = SftParts {
             client: client.clone(),
             data: encode_examples(&start.tokenizer, &train, column, sft.max_length)?,
             eval: encode_examples(&start.tokenizer, &eval, column, sft.max_length)?,
             data_seed: config.data.seed,
-            params: Start::upload(client, &decoder, start.weights())?,
+            params: Start::upload(client, &decoder, &start.weights())?,
             decoder,
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
         };
@@ -413,6 +511,7 @@ impl<T: Task> Run<T> {
             out,
             max_steps,
             model: (start.model.config, start.tokenizer),
+            model_name: start.name,
             resumed_from: start.checkpoint.map(|(dir, _, _)| dir),
             eval_every,
             checkpoints: Checkpoints {
@@ -485,6 +584,15 @@ impl<T: Task> Run<T> {
     pub fn max_steps(&self) -> usize {
         self.max_steps
     }
+
+    /// The model its policy is saved as.
+    fn saved_model(&self) -> SavedModel<'_> {
+        SavedModel {
+            config: &self.model.0,
+            tokenizer: &self.model.1,
+            name: &self.model_name,
+        }
+    }
 }
 
 impl<T: Task> RunContext for Run<T> {
@@ -509,11 +617,11 @@ impl<T: Task> RunContext for Run<T> {
     }
 
     fn checkpoint(&self) -> Result<PathBuf> {
-        self.trainer.checkpoint(&self.out, (&self.model.0, &self.model.1))
+        self.trainer.checkpoint(&self.out, self.saved_model())
     }
 
     fn save_model(&self, dir: &Path) -> Result<()> {
-        save_model(dir, &self.model.0, &self.model.1, self.trainer.host_params()?)
+        save_model(dir, self.saved_model(), &self.trainer.learner().saved_policy()?)
     }
 }
 

@@ -6,12 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use grpo_model::config::ModelConfig;
-use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
 use serde_json::{Map, Value};
 
-use crate::checkpoint::{LoadedCheckpoint, STATE_FILE};
+use crate::checkpoint::{LoadedCheckpoint, STATE_FILE, SavedModel};
 use crate::choices::Choices;
 use crate::data::SamplerState;
 use crate::error::{Error, Result};
@@ -175,13 +173,14 @@ impl<T: Task> Trainer<T> {
         &self.learner
     }
 
-    /// The current parameters as named f32 host tensors (the decoder's order).
+    /// The current trained parameters as named f32 host tensors (the
+    /// decoder's order; the adapters alone when they train).
     pub fn host_params(&self) -> Result<Vec<(String, HostTensor)>> {
         self.learner.host_params()
     }
 
     /// Writes `OUT/checkpoint-<step>/` (policy, optimizer state, loop state), atomically.
-    pub fn checkpoint(&self, out: &Path, model: (&ModelConfig, &Tokenizer)) -> Result<PathBuf> {
+    pub fn checkpoint(&self, out: &Path, model: SavedModel<'_>) -> Result<PathBuf> {
         let state = serde_json::to_value(self.loop_state()).expect("the loop state serializes");
         self.learner.save_checkpoint(out, self.step as u64, model, state)
     }

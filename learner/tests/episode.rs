@@ -392,7 +392,7 @@ fn on_a_fleet_of_two_engines_each_episode_stays_where_it_began() {
         fleet.add_engine("first".into(), s.engine(true)),
         fleet.add_engine("second".into(), s.engine(true)),
     ];
-    fleet.start_at(0, &[]).unwrap();
+    fleet.start_at(0, &|| Ok(Vec::new())).unwrap();
     let budget = Budget {
         max_turns: 4,
         max_turn_tokens: 8,

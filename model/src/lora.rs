@@ -471,6 +471,9 @@ fn merge_into(
             a.dims, b.dims
         ));
     }
+    if b.data.iter().all(|&v| v == 0.0) {
+        return Ok(()); // new adapters: nothing to add
+    }
     for o in 0..outputs {
         let b_row = &b.data[o * rank..(o + 1) * rank];
         for (i, w) in weight.data[o * inputs..(o + 1) * inputs].iter_mut().enumerate() {

@@ -1,6 +1,6 @@
 //! The run config of `grpo sft`: its own `[data]`, `[trainer]` and
-//! `[logging]`, and `grpo run`'s `[model]`, `[optimizer]` and
-//! `[checkpoint]`. Unknown keys are refused naming them.
+//! `[logging]`, and `grpo run`'s `[model]`, `[optimizer]`, `[checkpoint]`
+//! and `[lora]`. Unknown keys are refused naming them.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,10 @@ use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
 use super::values::require;
-use super::{CheckpointSection, ConfigFile, MAX_BATCH, MAX_MODEL_LEN, ModelSection, OptimizerSection, ParallelismKind};
+use super::{
+    CheckpointSection, ConfigFile, LoraSection, MAX_BATCH, MAX_MODEL_LEN, ModelSection, OptimizerSection,
+    ParallelismKind,
+};
 use crate::error::Result;
 
 /// The whole `grpo sft` run.
@@ -32,6 +35,8 @@ pub struct SftRunConfig {
     /// Outputs.
     #[serde(default)]
     pub logging: SftLoggingSection,
+    /// LoRA adapters (as in `grpo run`; absent: the whole model trains).
+    pub lora: Option<LoraSection>,
 }
 
 /// `[data]` of `grpo sft`.
@@ -155,7 +160,8 @@ impl Default for SftLoggingSection {
 impl ConfigFile for SftRunConfig {
     fn validate(&self) -> Result<()> {
         self.optimizer.validate()?;
-        self.trainer.validate()
+        self.trainer.validate()?;
+        self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }
 
     fn rebase(&mut self, base: &Path) {

@@ -136,9 +136,10 @@ pub trait Fleet: Send {
 
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
-    /// whose weights the learner does not know, get `params` (named device
-    /// buffers) pushed; the in-process engine needs no copy of them.
-    fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()>;
+    /// whose weights the learner does not know, get the named host tensors
+    /// `weights` makes pushed (made only then: the in-process engine needs
+    /// no copy of them).
+    fn start_at(&mut self, version: u64, weights: &dyn Fn() -> Result<Vec<(String, HostTensor)>>) -> Result<()>;
 
     /// How it stands now.
     fn health(&self) -> FleetHealth;
@@ -198,7 +199,7 @@ impl Fleet for LocalFleet {
         Some((self.engine.device().id(), self.engine.config().dtype))
     }
 
-    fn start_at(&mut self, version: u64, _params: &[(&str, &Buffer)]) -> Result<()> {
+    fn start_at(&mut self, version: u64, _weights: &dyn Fn() -> Result<Vec<(String, HostTensor)>>) -> Result<()> {
         Ok(self.engine.update_weights::<HostTensor>(version, &[], InFlight::Keep)?)
     }
 

@@ -41,14 +41,13 @@ use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
 use grpo_worker::{AuthToken, ClientTls, Health, PushOptions, Registration, RegistryServer, ServerTls, WorkerClient};
-use grpo_xla::Buffer;
+use grpo_model::weights::HostTensor;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use super::member::{self, Connection, Failure, Member, Payload, State};
 use super::{Fleet, FleetHealth, HostWeights, MemberId, PolicyWeights, Served, SyncReport, f32_bytes};
 use crate::error::{Error, Result};
-use crate::learner::host_tensors;
 
 /// How a [`WorkerFleet`] watches its members.
 #[derive(Debug, Clone, Copy)]
@@ -699,7 +698,7 @@ impl Fleet for WorkerFleet {
         })
     }
 
-    fn start_at(&mut self, version: u64, params: &[(&str, &Buffer)]) -> Result<()> {
+    fn start_at(&mut self, version: u64, weights: &dyn Fn() -> Result<Vec<(String, HostTensor)>>) -> Result<()> {
         // The in-process engine holds these weights already: it only takes the version.
         for member in &mut self.members {
             if let Connection::Local(handle) = &member.connection {
@@ -715,7 +714,7 @@ impl Fleet for WorkerFleet {
                 .iter()
                 .any(|m| matches!(m.connection, Connection::Remote(_)));
         if remote {
-            self.weights = Some(Payload::new(host_tensors::<HostWeights>(params)?));
+            self.weights = Some(Payload::new(weights()?.into()));
         }
         self.drive(Work::sync()).map(|_| ())
     }

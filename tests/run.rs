@@ -155,8 +155,14 @@ fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) ->
     written_under_old_names(&out.join("metrics.jsonl"));
 
     run_ok(&[&["run", config.to_str().unwrap(), "--resume"], args].concat());
-    let before = std::fs::read(killed.path().join("tiny/model.safetensors")).unwrap();
-    let after = std::fs::read(out.join("checkpoint-8/model.safetensors")).unwrap();
+    let (before, after) = if out.join("checkpoint-8/adapter_model.safetensors").is_file() {
+        let adapters =
+            |step: u32| std::fs::read(out.join(format!("checkpoint-{step}/adapter_model.safetensors"))).unwrap();
+        (adapters(4), adapters(8))
+    } else {
+        let model = |dir: &Path| std::fs::read(dir.join("model.safetensors")).unwrap();
+        (model(&killed.path().join("tiny")), model(&out.join("checkpoint-8")))
+    };
     assert!(before.len() == after.len() && before != after, "the run trained");
     common::assert_same_checkpoint(&whole.path().join("out/checkpoint-8"), &out.join("checkpoint-8"));
 
@@ -251,6 +257,55 @@ fn an_fsdp_run_on_two_devices_resumes_to_the_same_parameters() {
     assert!(
         sharded.iter().all(|&b| b < whole[0] * 6 / 10),
         "about half each: {sharded:?} of {whole:?}"
+    );
+}
+
+#[test]
+fn a_killed_lora_run_resumes_to_the_same_adapters_and_writes_peft_folders() {
+    let lora = "[lora]\nrank = 4\nlora_alpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\", \"down_proj\"]";
+    let trainer = format!("{RESUMED}\n\n{lora}");
+    let dir = a_killed_run_resumes_as_if_never_interrupted(&trainer, &[]);
+    let out = dir.path().join("out");
+    for folder in [out.join("checkpoint-8"), out.join("final")] {
+        let settings: Value =
+            serde_json::from_str(&std::fs::read_to_string(folder.join("adapter_config.json")).unwrap()).unwrap();
+        assert_eq!(settings["peft_type"], "LORA");
+        assert_eq!(settings["r"], 4);
+        assert_eq!(settings["lora_alpha"], 8.0);
+        assert_eq!(
+            settings["target_modules"],
+            serde_json::json!(["down_proj", "q_proj", "v_proj"])
+        );
+        assert_eq!(
+            settings["base_model_name_or_path"],
+            dir.path().join("tiny").to_str().unwrap(),
+            "the base is the config's model"
+        );
+        assert!(folder.join("tokenizer.json").is_file());
+        assert!(!folder.join("model.safetensors").exists(), "adapters only");
+    }
+    let size = |path: &Path| std::fs::metadata(path).unwrap().len();
+    let (adapters, model) = (
+        size(&out.join("final/adapter_model.safetensors")),
+        size(&dir.path().join("tiny/model.safetensors")),
+    );
+    println!("adapter folder {adapters} B, model {model} B");
+    assert!(adapters * 5 < model, "{adapters} B of adapters vs a {model} B model");
+
+    // The same folder without its [lora] section: refused, the checkpoints left as they are.
+    let config = dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replace(lora, "");
+    std::fs::write(&config, text).unwrap();
+    let refused = grpo_installed(&["run", config.to_str().unwrap(), "--resume"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("checkpoint of LoRA adapters") && stderr.contains("[lora]"),
+        "{stderr}"
+    );
+    assert!(
+        out.join("checkpoint-8/adapter_model.safetensors").is_file(),
+        "not set aside"
     );
 }
 

@@ -86,7 +86,11 @@ fn merged(decoder: &Decoder, params: &[Tensor], name: &str, weight: &Tensor) -> 
     };
     let find = |suffix: &str| {
         let wanted = format!("{layer}.{suffix}");
-        decoder.parameters().iter().position(|p| p.name == wanted).map(|i| &params[i])
+        decoder
+            .parameters()
+            .iter()
+            .position(|p| p.name == wanted)
+            .map(|i| &params[i])
     };
     match (find("lora_A.weight"), find("lora_B.weight")) {
         (Some(a), Some(b)) => {

@@ -382,10 +382,18 @@ impl Trainer<GrpoTask> {
         start.choices = Some(config.choices);
         let step = start.step as usize;
         let optimizer = checkpoint.map(|c| &c.optimizer);
-        let learner = Learner::new(&client, &decoder, mesh, objective, optimization, params, optimizer)?;
+        let mut learner = Learner::new(&client, &decoder, mesh, objective, optimization, params, optimizer)?;
         let mesh = learner.mesh().clone();
-        // The fleet starts on the learner's weights (adapters merged in), as version `step`.
-        fleet.start_at(start.step, &|| learner.host_policy())?;
+        // The fleet starts on the learner's weights, as version `step`. Its
+        // engines were built on the base model's: with adapters they take
+        // the policy merged as every later sync merges it, so a resumed run
+        // samples exactly as the run it continues.
+        if decoder.lora().is_some() {
+            let weights = policy_weights(&mut learner, fleet.shared_device())?;
+            fleet.update_weights(start.step, weights)?;
+        } else {
+            fleet.start_at(start.step, &|| learner.host_policy())?;
+        }
         let reward_names = rewards.names();
         let data_rows = data.len();
         let side = RolloutSide {

@@ -12,7 +12,8 @@
 //!
 //! With a `[lora]` section the policy is the model with adapters: new ones
 //! from the section's seed, or a checkpoint's (an adapter folder, over the
-//! model's own weights); in-process engines start on the adapters merged in.
+//! model's own weights); engines are built on the model's weights and take
+//! the merged policy from the learner before the first step.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,7 @@ use grpo_model::chat::ChatTemplate;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
-use grpo_model::lora::{ADAPTER_CONFIG_FILE, AdapterFolder, LoraConfig, Merged, WithAdapters, new_adapters};
+use grpo_model::lora::{ADAPTER_CONFIG_FILE, AdapterFolder, LoraConfig, WithAdapters, new_adapters};
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::{HostTensor, WeightSource};
@@ -80,7 +81,11 @@ struct Start {
 /// What reading a checkpoint folder found.
 enum Found {
     /// Its weights (`None` for adapters), adapters and training state.
-    Readable(Option<Box<dyn WeightSource>>, BTreeMap<String, HostTensor>, LoadedCheckpoint),
+    Readable(
+        Option<Box<dyn WeightSource>>,
+        BTreeMap<String, HostTensor>,
+        LoadedCheckpoint,
+    ),
     /// A checkpoint of another model or adapters: why.
     Foreign(String),
 }
@@ -200,13 +205,19 @@ impl Start {
             if saved.config != model.config {
                 return Ok(Found::Foreign(format!("a checkpoint of another model than `{name}`")));
             }
-            return Ok(Found::Readable(Some(saved.weights), BTreeMap::new(), checkpoint::load(dir)?));
+            return Ok(Found::Readable(
+                Some(saved.weights),
+                BTreeMap::new(),
+                checkpoint::load(dir)?,
+            ));
         };
         let folder = AdapterFolder::read(dir, &model.config)?;
-        if folder.lora != *lora {
+        if !folder.lora.same_adapters(lora, &model.config) {
+            let config = &model.config;
             return Ok(Found::Foreign(format!(
-                "a checkpoint of other adapters ({:?}) than the [lora] section's ({lora:?})",
-                folder.lora
+                "a checkpoint of other adapters ({}) than the [lora] section's ({})",
+                folder.lora.describe(config),
+                lora.describe(config)
             )));
         }
         Ok(Found::Readable(None, folder.tensors, checkpoint::load(dir)?))
@@ -226,19 +237,6 @@ impl Start {
         WithAdapters {
             base,
             adapters: &self.adapters,
-        }
-    }
-
-    /// The weights engines start from: the policy's, adapters merged in.
-    fn engine_weights(&self) -> Box<dyn WeightSource + '_> {
-        let policy = self.weights();
-        match &self.lora {
-            Some(lora) => Box::new(Merged {
-                base: policy.base,
-                lora,
-                adapters: &self.adapters,
-            }),
-            None => Box::new(policy),
         }
     }
 
@@ -406,12 +404,12 @@ impl Run<GrpoTask> {
         let reference = (grpo.loss.beta > 0.0 && start.lora.is_none())
             .then(|| Start::upload(client, &decoder, start.model.weights.as_ref()))
             .transpose()?;
+        // Engines are built on the policy's weights without adapters (see the module doc).
         let engine_decoder = decoder.base();
-        let engine_weights = start.engine_weights();
         let engine = EngineParts {
             client,
             decoder: &engine_decoder,
-            weights: engine_weights.as_ref(),
+            weights: start.weights().base,
             tokenizer: start.tokenizer.clone(),
             config: EngineConfig {
                 max_num_seqs: slots,
@@ -442,7 +440,6 @@ impl Run<GrpoTask> {
             // A step's episodes all run at once; an evaluation's, that many at a time.
             episodes: episodes.map(|e| e.with_concurrency(r.group_size * r.prompts_per_step)),
         };
-        drop(engine_weights);
         let trainer = Trainer::grpo(parts, grpo, start.checkpoint())?;
         let run = Run::assemble(
             trainer,

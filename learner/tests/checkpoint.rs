@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use grpo_learner::checkpoint::{CheckpointParts, checkpoint_dir, latest, load, save};
+use grpo_learner::checkpoint::{CheckpointParts, SavedModel, SavedPolicy, checkpoint_dir, latest, load, save};
 use grpo_learner::learner::host_tensors;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
@@ -32,11 +32,15 @@ fn checkpoints_round_trip_and_the_newest_complete_one_is_found() {
         .collect();
     let names: Vec<&str> = decoder.parameters().iter().map(|p| p.name.as_str()).collect();
     let out = tempfile::tempdir().unwrap();
-    let parts = |step| CheckpointParts {
-        step,
+    let model = SavedModel {
         config: &config,
         tokenizer: &tokenizer,
-        params: host_tensors(&names.iter().copied().zip(&params).collect::<Vec<_>>()).unwrap(),
+        name: "parity/llama",
+    };
+    let parts = |step| CheckpointParts {
+        step,
+        model,
+        policy: SavedPolicy::Model(host_tensors(&names.iter().copied().zip(&params).collect::<Vec<_>>()).unwrap()),
         optimizer: host_tensors(&[("m.0", &moments[0]), ("v.0", &moments[1])]).unwrap(),
         state: serde_json::json!({"step": step, "sampler": {"epoch": 1, "position": 7}}),
     };

@@ -605,7 +605,12 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
     );
     let base: Vec<_> = {
         let learner = grpo.learner();
-        learner.state().frozen.iter().map(|b| b.to_host::<f32>().unwrap()).collect()
+        learner
+            .state()
+            .frozen
+            .iter()
+            .map(|b| b.to_host::<f32>().unwrap())
+            .collect()
     };
     let reports: Vec<_> = (0..40).map(|_| step(&mut grpo).0).collect();
     let mean = |r: &[StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
@@ -626,10 +631,18 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
     assert!(reports[0].kl.abs() < 1e-6, "{}", reports[0].kl);
     assert!(reports[39].kl > 1e-6, "the adapters moved the policy: {reports:?}");
     let learner = grpo.learner();
-    let after: Vec<_> = learner.state().frozen.iter().map(|b| b.to_host::<f32>().unwrap()).collect();
+    let after: Vec<_> = learner
+        .state()
+        .frozen
+        .iter()
+        .map(|b| b.to_host::<f32>().unwrap())
+        .collect();
     assert!(after == base, "the base stays frozen");
     let trained = grpo.host_params().unwrap();
-    assert!(trained.iter().all(|(name, _)| name.contains(".lora_")), "only adapters train");
+    assert!(
+        trained.iter().all(|(name, _)| name.contains(".lora_")),
+        "only adapters train"
+    );
     let state = grpo.learner().host_optimizer().unwrap();
     let moments: Vec<&String> = state
         .iter()
@@ -637,5 +650,8 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
         .filter(|n| n.starts_with("m.") || n.starts_with("v."))
         .collect();
     assert_eq!(moments.len(), 2 * trained.len(), "{moments:?}");
-    assert!(moments.iter().all(|n| n.contains(".lora_")), "AdamW's moments of the adapters alone");
+    assert!(
+        moments.iter().all(|n| n.contains(".lora_")),
+        "AdamW's moments of the adapters alone"
+    );
 }

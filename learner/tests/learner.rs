@@ -6,7 +6,8 @@
 //! one copy of their prompt in a row (whose log-probs are the separate
 //! sequences'); at a sampling temperature the step's log-probs and
 //! entropies are those of the tempered logits; tokens outside the loss
-//! mask count for nothing.
+//! mask count for nothing; with LoRA adapters only they move, and engines
+//! get the policy merged on the device as the host merges it in f64.
 
 use std::path::Path;
 
@@ -20,7 +21,8 @@ use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::{LogprobsRunner, TokenStats};
-use grpo_model::weights::Safetensors;
+use grpo_model::lora::{AdapterFolder, Merged, WithAdapters};
+use grpo_model::weights::{Safetensors, WeightSource};
 use grpo_xla::trace::{AdamW, Mesh, StepMetrics};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
@@ -93,7 +95,7 @@ fn mean_logprobs<B: std::borrow::Borrow<Buffer>>(runner: &LogprobsRunner, params
 fn learner(
     client: &Client,
     decoder: &Decoder,
-    weights: &Safetensors,
+    weights: &dyn WeightSource,
     loss: GrpoLoss,
     (compute, max_grad_norm): (ElementType, Option<f64>),
 ) -> Learner<GrpoObjective> {
@@ -148,7 +150,7 @@ struct OnPolicyStep {
 fn scored(
     client: &Client,
     decoder: &Decoder,
-    weights: &Safetensors,
+    weights: &dyn WeightSource,
     temperature: f32,
 ) -> (Vec<TokenStats>, Vec<Vec<f32>>, Vec<f32>) {
     let device = client.device(0).unwrap();
@@ -204,7 +206,7 @@ fn trained_entropy(stats: &[TokenStats], rollouts: &[TrainSample]) -> f64 {
 /// `temperature`, with the log-prob program's log-probs at that
 /// temperature as the behaviour's; checks its loss and entropy against
 /// that program's.
-fn on_policy_step(client: &Client, decoder: &Decoder, weights: &Safetensors, temperature: f32) -> OnPolicyStep {
+fn on_policy_step(client: &Client, decoder: &Decoder, weights: &dyn WeightSource, temperature: f32) -> OnPolicyStep {
     let seqs = sequences();
     let (stats, logprobs, adv) = scored(client, decoder, weights, temperature);
     let tokens: usize = seqs.iter().map(|(_, n)| n).sum();
@@ -337,7 +339,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let mut inputs = shared.micro_batches[0]
         .upload(&client, start.mesh(), normalizer)
         .unwrap();
-    programs.append(&start.state().params, shape, &mut inputs).unwrap();
+    programs.append(&start.policy(), shape, &mut inputs).unwrap();
     let scored = inputs.last().unwrap().to_host::<f32>().unwrap();
     let c = shape.completion_tokens;
     for (sample, r) in rollouts(&logprobs, &adv).iter().enumerate() {
@@ -554,4 +556,61 @@ fn tokens_outside_the_loss_mask_carry_nothing() {
         "entropy sum {} vs {entropy}",
         metrics.metrics[3]
     );
+}
+
+#[test]
+fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
+    let client = client();
+    let (base_decoder, weights) = fixture();
+    let adapters_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/lora/llama/adapter");
+    let folder = AdapterFolder::read(&adapters_dir, base_decoder.config()).unwrap();
+    let decoder = Decoder::with_adapters(base_decoder.config().clone(), folder.lora.clone()).unwrap();
+    let source = WithAdapters {
+        base: &weights,
+        adapters: &folder.tensors,
+    };
+    // The step's loss and entropy are the log-prob program's (checked inside).
+    let OnPolicyStep { mut learner, .. } = on_policy_step(&client, &decoder, &source, 1.0);
+
+    let base: Vec<Vec<f32>> = learner.state().frozen.iter().map(|b| b.to_host::<f32>().unwrap()).collect();
+    for (spec, values) in decoder.base_parameters().iter().zip(&base) {
+        assert_eq!(values, &weights.tensor(&spec.name).unwrap().data, "{} is frozen", spec.name);
+    }
+    // AdamW's first step moves each adapter value by at most lr (1e-2),
+    // nearly lr wherever its gradient is not tiny.
+    let trained = learner.host_params().unwrap();
+    assert_eq!(trained.len(), decoder.adapter_parameters().len());
+    let (mut moved, mut total) = (0, 0);
+    for (name, after) in &trained {
+        for (a, b) in after.data.iter().zip(&folder.tensors[name].data) {
+            let step = (a - b).abs();
+            assert!(step <= 1e-2 * 1.001, "{name}: moved {step}");
+            moved += usize::from(step > 5e-3);
+            total += 1;
+        }
+    }
+    assert!(moved * 2 > total, "{moved} of {total} adapter values took near-full steps");
+
+    // The host's f64 merge of the trained adapters is the device's.
+    let adapters: std::collections::BTreeMap<_, _> = trained.into_iter().collect();
+    let merged = Merged {
+        base: &weights,
+        lora: &folder.lora,
+        adapters: &adapters,
+    };
+    let on_device = learner.engine_weights(0, ElementType::F32).unwrap().expect("one device");
+    let on_host = learner.host_policy().unwrap();
+    assert_eq!(on_device.len(), decoder.base_parameters().len());
+    for ((spec, copy), (name, host)) in decoder.base_parameters().iter().zip(&on_device).zip(&on_host) {
+        assert_eq!(&spec.name, name);
+        let want = merged.tensor(name).unwrap().data;
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for got in [copy.to_host::<f32>().unwrap(), host.data.clone()] {
+            let worst = got.iter().zip(&want).fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
+            assert!(worst <= 1e-6 * scale.max(1.0), "{name}: {worst}");
+        }
+    }
+    // Unadapted parameters (norms, embeddings) leave as they are.
+    let norm = decoder.base_parameters().iter().position(|p| p.name.ends_with("norm.weight")).unwrap();
+    assert_eq!(on_host[norm].1.data, base[norm]);
 }

@@ -147,6 +147,36 @@ impl LoraConfig {
         Ok(adapted)
     }
 
+    /// Whether `other` makes the same adapters on the model of `config`:
+    /// the same layers, rank and scaling, however the targets are written.
+    pub fn same_adapters(&self, other: &LoraConfig, config: &ModelConfig) -> bool {
+        let layers = |lora: &LoraConfig| lora.layers(config).ok();
+        self.rank == other.rank
+            && self.scaling() == other.scaling()
+            && self.use_rslora == other.use_rslora
+            && layers(self) == layers(other)
+    }
+
+    /// A short description: rank, α and the kinds of layers adapted on the
+    /// model of `config` (`rank 8, alpha 16 on q_proj, v_proj`).
+    pub fn describe(&self, config: &ModelConfig) -> String {
+        let mut kinds: Vec<String> = self
+            .layers(config)
+            .unwrap_or_default()
+            .iter()
+            .map(|l| leaf(&l.name).to_string())
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let rslora = if self.use_rslora { " (rsLoRA)" } else { "" };
+        format!(
+            "rank {}, alpha {}{rslora} on {}",
+            self.rank,
+            self.alpha,
+            kinds.join(", ")
+        )
+    }
+
     /// PEFT's `adapter_config.json` for these adapters on `layers` of the
     /// model at `base` (a path or a Hub name).
     pub fn peft_config(&self, layers: &[AdaptedLayer], base: &str) -> Value {

@@ -115,7 +115,12 @@ pub fn kill_when(args: &[&str], ready: impl Fn() -> bool) {
 /// Asserts that two checkpoint folders hold the same parameters, optimizer
 /// state and loop state, byte for byte.
 pub fn assert_same_checkpoint(a: &Path, b: &Path) {
-    for file in ["model.safetensors", "optimizer.safetensors", "trainer_state.json"] {
+    let policy = if a.join("adapter_model.safetensors").is_file() {
+        "adapter_model.safetensors"
+    } else {
+        "model.safetensors"
+    };
+    for file in [policy, "optimizer.safetensors", "trainer_state.json"] {
         let (x, y) = (
             std::fs::read(a.join(file)).unwrap(),
             std::fs::read(b.join(file)).unwrap(),

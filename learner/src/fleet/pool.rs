@@ -36,12 +36,12 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use grpo_model::weights::HostTensor;
 use grpo_rollout::engine::{Engine, InFlight};
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
 use grpo_rollout::request::Request;
 use grpo_worker::{AuthToken, ClientTls, Health, PushOptions, Registration, RegistryServer, ServerTls, WorkerClient};
-use grpo_model::weights::HostTensor;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 

@@ -11,23 +11,29 @@ gradients of the masked log-probability sum with respect to every adapter
 tensor, are computed by PEFT in float64. Written to
 model/tests/fixtures/lora/<family>/{adapter/, expected.safetensors}.
 
-grpo-made: with `--grpo-made DIR` (an adapter folder grpo wrote for the llama
-parity model), the script loads it with `PeftModel.from_pretrained` and
-writes the log-probabilities PEFT gives for it, in float64, to
-DIR/../peft_expected.safetensors.
+grpo-made: with `--grpo-made GRPO` (the grpo binary), the script trains
+LoRA adapters (rank 4 on q_proj, v_proj and down_proj) on the llama parity
+model with the tiny fixture tokenizer by three steps of `grpo sft`, copies
+the adapter folder grpo wrote to model/tests/fixtures/lora/grpo_made/adapter
+(its base_model_name_or_path made the parity model's path from the
+repository root), loads it with `PeftModel.from_pretrained` and writes the
+log-probabilities PEFT gives for it on the parity inputs, in float64, to
+model/tests/fixtures/lora/grpo_made/peft_expected.safetensors.
 
 Regenerate (from the repository root; tools/venv.sh installs torch,
 transformers, safetensors and PEFT and prints its python):
 
     "$(tools/venv.sh)" tools/make_lora_fixtures.py
-    "$(tools/venv.sh)" tools/make_lora_fixtures.py --grpo-made model/tests/fixtures/lora/grpo_made/adapter
+    cargo build && "$(tools/venv.sh)" tools/make_lora_fixtures.py --grpo-made target/debug/grpo
 
 The output is deterministic (CPU, fixed seeds).
 """
 
 import json
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import peft
@@ -126,19 +132,80 @@ def peft_made(family, settings):
     print(f"{family}: {len(lora)} adapter tensors", file=sys.stderr)
 
 
-def grpo_made(adapter_dir):
-    adapter_dir = Path(adapter_dir)
+SFT_CONFIG = """[model]
+name = "model"
+
+[data]
+path = "data.jsonl"
+eval_size = 0
+
+[optimizer]
+lr = 1e-2
+
+[trainer]
+max_steps = 3
+batch_size = 4
+micro_batch_size = 4
+eval_every = 0
+max_length = 24
+
+[checkpoint]
+every = 0
+
+[logging]
+out = "out"
+
+[lora]
+rank = 4
+alpha = 8
+target_modules = ["q_proj", "v_proj", "down_proj"]
+seed = 1
+"""
+
+
+def grpo_made(grpo):
+    grpo = Path(grpo).resolve()
+    target = OUT / "grpo_made"
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "model").mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(PARITY / "llama" / name, tmp / "model" / name)
+        tokenizer = ROOT / "model" / "tests" / "fixtures" / "tokenizer" / "tiny"
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tokenizer / name, tmp / "model" / name)
+        rows = [{"prompt": f"{i} + 1 =", "completion": f" {i + 1}."} for i in range(8)]
+        (tmp / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (tmp / "sft.toml").write_text(SFT_CONFIG)
+        subprocess.run([str(grpo), "sft", "sft.toml"], check=True, cwd=tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        (target / "adapter").mkdir(parents=True)
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy(tmp / "out" / "final" / name, target / "adapter" / name)
+    config_path = target / "adapter" / "adapter_config.json"
+    adapter_config = json.loads(config_path.read_text())
+    check(adapter_config["base_model_name_or_path"] == "model", f"grpo recorded {adapter_config}")
+    adapter_config["base_model_name_or_path"] = str((PARITY / "llama").relative_to(ROOT))
+    config_path.write_text(json.dumps(adapter_config, indent=2) + "\n")
+
     input_ids, attention_mask = inputs("llama")
-    model = PeftModel.from_pretrained(base_model("llama"), adapter_dir).to(torch.float64).eval()
+    model = PeftModel.from_pretrained(base_model("llama"), target / "adapter").to(torch.float64).eval()
+    lora = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    check(len(lora) == 2 * 3 * 2, f"PEFT made {sorted(lora)}")
+    check(any(p.abs().max() > 0 for n, p in lora.items() if "lora_B" in n), "grpo's training moved B")
     with torch.no_grad():
         logprobs, mask = masked_logprobs(model, input_ids, attention_mask)
+        with model.disable_adapter():
+            base, _ = masked_logprobs(model, input_ids, attention_mask)
+    check((base - logprobs).abs().max() > 1e-4, "the trained adapters change the model")
     safetensors.torch.save_file(
         {"logprobs": logprobs.float().contiguous(), "mask": mask.float().contiguous()},
-        adapter_dir.parent / "peft_expected.safetensors",
+        target / "peft_expected.safetensors",
         metadata={"generator": f"tools/make_lora_fixtures.py --grpo-made peft={peft.__version__} "
                                f"transformers={transformers.__version__} torch={torch.__version__}"},
     )
-    print(f"PEFT loaded {adapter_dir}", file=sys.stderr)
+    print(f"PEFT loaded {target / 'adapter'}", file=sys.stderr)
 
 
 def main():
@@ -146,7 +213,7 @@ def main():
     if sys.argv[1:2] == ["--grpo-made"] and len(sys.argv) == 3:
         grpo_made(sys.argv[2])
         return
-    check(len(sys.argv) == 1, "usage: make_lora_fixtures.py [--grpo-made ADAPTER_DIR]")
+    check(len(sys.argv) == 1, "usage: make_lora_fixtures.py [--grpo-made GRPO_BINARY]")
     for family, settings in FAMILIES.items():
         peft_made(family, settings)
 

@@ -572,9 +572,19 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
     // The step's loss and entropy are the log-prob program's (checked inside).
     let OnPolicyStep { mut learner, .. } = on_policy_step(&client, &decoder, &source, 1.0);
 
-    let base: Vec<Vec<f32>> = learner.state().frozen.iter().map(|b| b.to_host::<f32>().unwrap()).collect();
+    let base: Vec<Vec<f32>> = learner
+        .state()
+        .frozen
+        .iter()
+        .map(|b| b.to_host::<f32>().unwrap())
+        .collect();
     for (spec, values) in decoder.base_parameters().iter().zip(&base) {
-        assert_eq!(values, &weights.tensor(&spec.name).unwrap().data, "{} is frozen", spec.name);
+        assert_eq!(
+            values,
+            &weights.tensor(&spec.name).unwrap().data,
+            "{} is frozen",
+            spec.name
+        );
     }
     // AdamW's first step moves each adapter value by at most lr (1e-2),
     // nearly lr wherever its gradient is not tiny.
@@ -589,7 +599,10 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
             total += 1;
         }
     }
-    assert!(moved * 2 > total, "{moved} of {total} adapter values took near-full steps");
+    assert!(
+        moved * 2 > total,
+        "{moved} of {total} adapter values took near-full steps"
+    );
 
     // The host's f64 merge of the trained adapters is the device's.
     let adapters: std::collections::BTreeMap<_, _> = trained.into_iter().collect();
@@ -598,7 +611,10 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
         lora: &folder.lora,
         adapters: &adapters,
     };
-    let on_device = learner.engine_weights(0, ElementType::F32).unwrap().expect("one device");
+    let on_device = learner
+        .engine_weights(0, ElementType::F32)
+        .unwrap()
+        .expect("one device");
     let on_host = learner.host_policy().unwrap();
     assert_eq!(on_device.len(), decoder.base_parameters().len());
     for ((spec, copy), (name, host)) in decoder.base_parameters().iter().zip(&on_device).zip(&on_host) {
@@ -611,6 +627,10 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
         }
     }
     // Unadapted parameters (norms, embeddings) leave as they are.
-    let norm = decoder.base_parameters().iter().position(|p| p.name.ends_with("norm.weight")).unwrap();
+    let norm = decoder
+        .base_parameters()
+        .iter()
+        .position(|p| p.name.ends_with("norm.weight"))
+        .unwrap();
     assert_eq!(on_host[norm].1.data, base[norm]);
 }

@@ -49,6 +49,20 @@ pub trait WeightSource {
     fn location(&self) -> PathBuf;
 }
 
+impl<T: WeightSource + ?Sized> WeightSource for &T {
+    fn names(&self) -> Vec<String> {
+        (**self).names()
+    }
+
+    fn tensor(&self, name: &str) -> Result<HostTensor> {
+        (**self).tensor(name)
+    }
+
+    fn location(&self) -> PathBuf {
+        (**self).location()
+    }
+}
+
 /// A safetensors checkpoint: one or more memory-mapped files.
 pub struct Safetensors {
     files: Vec<(PathBuf, Mmap)>,

@@ -1,7 +1,9 @@
-//! LoRA adapters against PEFT: adapters PEFT made on the tiny parity models
-//! (fixtures from `tools/make_lora_fixtures.py`) load in grpo and give
-//! PEFT's log-probs and adapter gradients; new adapters leave the model as
-//! it is; merged into the base they score as PEFT does; PEFT folders round-trip; options grpo does not apply are refused.
+//! LoRA adapters against PEFT, both ways (fixtures from
+//! `tools/make_lora_fixtures.py`): adapters PEFT made on the tiny parity
+//! models load in grpo and give PEFT's log-probs and adapter gradients, and
+//! merged into the base they score the same; adapters grpo trained score in
+//! PEFT as in grpo. New adapters leave the model as it is, PEFT folders
+//! round-trip, and options grpo does not apply are refused.
 
 mod common;
 
@@ -265,4 +267,29 @@ fn adapters_grpo_cannot_apply_are_refused_by_name() {
     };
     let error = Decoder::with_adapters(config, bad_rank).unwrap_err().to_string();
     assert!(error.contains("rank"), "{error}");
+}
+
+/// An adapter folder grpo wrote (`grpo sft` with `[lora]`, by
+/// `tools/make_lora_fixtures.py --grpo-made`) scores in grpo as PEFT,
+/// loading it with `PeftModel.from_pretrained`, scores it.
+#[test]
+fn a_grpo_made_adapter_folder_scores_as_peft_scores_it() {
+    let config = ModelConfig::from_file(parity("llama").join("config.json")).unwrap();
+    let made = lora_fixture("grpo_made");
+    let folder = AdapterFolder::read(&made.join("adapter"), &config).unwrap();
+    let expected = Safetensors::open_files(&[made.join("peft_expected.safetensors")]).unwrap();
+    let base = Safetensors::open_dir(parity("llama")).unwrap();
+    let decoder = Decoder::with_adapters(config, folder.lora.clone()).unwrap();
+    let source = WithAdapters {
+        base: &base,
+        adapters: &folder.tensors,
+    };
+    let (logprobs, _) = logprobs_and_adapter_grads("llama", &decoder, &source);
+    let mask = expected.tensor("mask").unwrap().data;
+    let difference = worst(&logprobs, &expected.tensor("logprobs").unwrap().data, &mask);
+    println!("grpo-made adapters: max |grpo − PEFT| log-prob {difference:e}");
+    assert!(
+        difference <= 1e-4,
+        "grpo's adapters score {difference} away from PEFT's reading of them"
+    );
 }

@@ -13,6 +13,7 @@ use grpo_rollout::engine::{Engine, EngineConfig};
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_xla::ElementType;
 
+use crate::cli::adapter::{AdapterArgs, merged};
 use crate::cli::platform::PlatformArgs;
 
 /// Arguments of `grpo generate`.
@@ -23,6 +24,8 @@ pub struct GenerateArgs {
     /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
     #[arg(long, default_value = "smollm2-135m-instruct")]
     model: String,
+    #[command(flatten)]
+    adapter: AdapterArgs,
     /// The prompt text.
     #[arg(long)]
     prompt: String,
@@ -68,6 +71,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         bail!("--n must be at least 1");
     }
     let model = Pretrained::open(&args.model)?;
+    let adapter = args.adapter.read(&model.config)?;
     let tokenizer = model.tokenizer.as_ref().context("the model has no tokenizer")?;
     let text = if args.chat {
         let template = tokenizer.chat_template().context("the model has no chat template")?;
@@ -86,13 +90,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
     let prompt = tokenizer.encode(&text, true)?;
     let client = args.platform.client()?;
     let decoder = Decoder::new(model.config.clone());
-    let params = upload_parameters(
-        &client,
-        client.device(0)?,
-        &decoder,
-        model.weights.as_ref(),
-        ElementType::F32,
-    )?;
+    let weights = merged(model.weights.as_ref(), adapter.as_ref());
+    let params = upload_parameters(&client, client.device(0)?, &decoder, weights.as_ref(), ElementType::F32)?;
     let max_model_len = (prompt.len() + args.max_tokens)
         .next_power_of_two()
         .min(model.config.max_positions);

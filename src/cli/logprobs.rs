@@ -1,4 +1,4 @@
-//! `grpo logprobs --model M --input FILE.jsonl`: for each input line, the
+//! `grpo logprobs --model M [--adapter A] --input FILE.jsonl`: for each input line, the
 //! log-probability of every completion token given the prompt and the
 //! completion tokens before it, as one JSON line `{"logprobs": [...]}`.
 //!
@@ -18,6 +18,7 @@ use grpo_model::tokenizer::Tokenizer;
 use grpo_xla::ElementType;
 use serde_json::Value;
 
+use crate::cli::adapter::{AdapterArgs, merged};
 use crate::cli::platform::PlatformArgs;
 
 /// Lines scored together in one batch.
@@ -31,6 +32,8 @@ pub struct LogprobsArgs {
     /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
     #[arg(long)]
     model: String,
+    #[command(flatten)]
+    adapter: AdapterArgs,
     /// JSONL input, one request per line.
     #[arg(long)]
     input: PathBuf,
@@ -47,11 +50,13 @@ pub fn run(args: &LogprobsArgs) -> anyhow::Result<()> {
         other => bail!("--dtype must be f32 or bf16, not `{other}`"),
     };
     let model = Pretrained::open(&args.model)?;
+    let adapter = args.adapter.read(&model.config)?;
     let requests = read_requests(&args.input, model.tokenizer.as_ref())?;
     let client = args.platform.client()?;
     let device = client.device(0)?.clone();
     let decoder = Decoder::new(model.config.clone());
-    let params = upload_parameters(&client, &device, &decoder, model.weights.as_ref(), dtype)?;
+    let weights = merged(model.weights.as_ref(), adapter.as_ref());
+    let params = upload_parameters(&client, &device, &decoder, weights.as_ref(), dtype)?;
     let runner = LogprobsRunner::new(&client, decoder, dtype);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

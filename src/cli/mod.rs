@@ -1,11 +1,13 @@
 //! Subcommands of the `grpo` binary, one module each.
 
+mod adapter;
 mod bench;
 mod convert;
 mod devices;
 mod generate;
 mod init_model;
 mod logprobs;
+mod merge;
 mod platform;
 mod progress;
 mod reward;
@@ -38,6 +40,8 @@ enum Command {
     Devices(platform::PlatformArgs),
     /// Convert a GGUF model into a Hugging Face folder.
     Convert(convert::ConvertArgs),
+    /// Merge a LoRA adapter folder into its base model, as a Hugging Face folder.
+    Merge(merge::MergeArgs),
     /// Generate completions of a prompt.
     Generate(generate::GenerateArgs),
     /// Serve the model over an OpenAI / vLLM-compatible HTTP API.
@@ -62,6 +66,7 @@ impl Cli {
             Command::Setup(args) => setup::run(&args),
             Command::Devices(args) => devices::run(&args),
             Command::Convert(args) => convert::run(&args),
+            Command::Merge(args) => merge::run(&args),
             Command::Generate(args) => generate::run(&args),
             Command::Serve(args) => serve::run(&args),
             Command::Worker(args) => worker::run(&args),

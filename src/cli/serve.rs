@@ -18,6 +18,7 @@ use grpo_serving::auth::ApiKey;
 use grpo_serving::{Server, ServerConfig, shutdown_signal};
 use grpo_xla::{ElementType, Platform};
 
+use crate::cli::adapter::{AdapterArgs, merged};
 use crate::cli::platform::PlatformArgs;
 
 /// Arguments of `grpo serve`.
@@ -26,6 +27,8 @@ pub struct ServeArgs {
     /// A model folder, a .gguf file, or `smollm2-135m-instruct`.
     #[arg(long, default_value = "smollm2-135m-instruct")]
     model: String,
+    #[command(flatten)]
+    adapter: AdapterArgs,
     /// Address to listen on; 0.0.0.0 opens the server to other machines.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     host: IpAddr,
@@ -114,11 +117,13 @@ fn platform(device: &str) -> PlatformArgs {
 /// Builds the engine and serves it until ctrl-c or SIGTERM.
 pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let model = Pretrained::open(&args.model)?;
+    let adapter = args.adapter.read(&model.config)?;
     let tokenizer = Arc::new(model.tokenizer.context("serving needs a model with a tokenizer")?);
     let client = platform(&args.device).client()?;
     let decoder = Decoder::new(model.config.clone());
     let dtype = ElementType::F32;
-    let params = upload_parameters(&client, client.device(0)?, &decoder, model.weights.as_ref(), dtype)?;
+    let weights = merged(model.weights.as_ref(), adapter.as_ref());
+    let params = upload_parameters(&client, client.device(0)?, &decoder, weights.as_ref(), dtype)?;
     let engine_config = EngineConfig {
         max_num_seqs: args.max_num_seqs,
         max_model_len: args.max_model_len.min(model.config.max_positions),

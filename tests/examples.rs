@@ -35,10 +35,12 @@ fn smoke(command: &str, example: &str, sets: &[&str]) -> String {
     stderr
 }
 
-/// Whether `out/final/` holds a model folder.
+/// Whether `out/final/` holds a model folder (or, from a `[lora]` run, an adapter folder).
 fn final_model(out: &Path) -> bool {
     let dir = out.join("final");
-    dir.join("config.json").is_file() && dir.join("model.safetensors").is_file()
+    let model = dir.join("config.json").is_file() && dir.join("model.safetensors").is_file();
+    let adapters = dir.join("adapter_config.json").is_file() && dir.join("adapter_model.safetensors").is_file();
+    model || adapters
 }
 
 const QUICK_RUN: &[&str] = &["trainer.eval_every=0", "checkpoint.every=0"];
@@ -47,6 +49,11 @@ const QUICK_RUN: &[&str] = &["trainer.eval_every=0", "checkpoint.every=0"];
 fn the_arithmetic_example_runs_one_step_with_its_warm_up_cut_short() {
     let stderr = smoke("run", "arithmetic/config.toml", QUICK_RUN);
     assert!(stderr.contains("5 warm-up steps are more than the run's 1"), "{stderr}");
+}
+
+#[test]
+fn the_arithmetic_lora_example_runs_one_step() {
+    smoke("run", "arithmetic/lora.toml", QUICK_RUN);
 }
 
 #[test]

@@ -310,6 +310,28 @@ fn a_killed_lora_run_resumes_to_the_same_adapters_and_writes_peft_folders() {
 }
 
 #[test]
+fn lora_adapters_alone_reach_several_in_process_engines_unless_merged() {
+    let sync_bytes = |merge: bool| -> Vec<u64> {
+        let dir = tempfile::tempdir().unwrap();
+        let lora = format!("max_steps = 2\neval_every = 0\n\n[lora]\nrank = 2\nmerge_on_push = {merge}");
+        let config = tiny_run(dir.path(), &lora);
+        let config = config.to_str().unwrap();
+        run_ok(&["run", config, "--set", "rollout.engines=2", "--cpu-devices", "2"]);
+        lines(&dir.path().join("out/metrics.jsonl"))
+            .iter()
+            .filter_map(|l| l.get("weight_sync_bytes").and_then(Value::as_u64))
+            .collect()
+    };
+    let (alone, merged) = (sync_bytes(false), sync_bytes(true));
+    println!("bytes a sync to two engines: adapters {alone:?}, merged {merged:?}");
+    assert_eq!(alone.len(), 2);
+    assert!(
+        alone.iter().all(|&b| b > 0 && b * 10 < merged[0]),
+        "{alone:?} vs {merged:?}"
+    );
+}
+
+#[test]
 fn bad_configs_are_refused_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_run(dir.path(), "max_steps = 2");

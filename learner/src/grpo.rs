@@ -96,6 +96,9 @@ pub struct GrpoConfig {
     /// are drawn under its mask; their recorded log-probs, like the
     /// learner's, are the unmasked policy's.
     pub guide: Option<Guide>,
+    /// With adapters: push the policy merged into whole weights even to a
+    /// fleet that takes adapters alone.
+    pub merge_on_push: bool,
 }
 
 /// What one step did, under TRL's metric names where it has them (the
@@ -155,6 +158,8 @@ pub struct StepReport {
     /// The rate at which the fleet took the new weights (GB/s of values;
     /// with max_staleness ≥ 1 the last update taken before this batch).
     pub weight_sync_gb_per_s: f64,
+    /// Bytes of values that update sent (f32; LoRA adapters alone, or whole weights).
+    pub weight_sync_bytes: u64,
     /// Versions between the learner and the policy that sampled the batch.
     pub staleness: u64,
     /// Samples left out for being more than max_staleness versions old.
@@ -259,6 +264,7 @@ impl GrpoConfig {
             max_staleness: r.max_staleness,
             choices,
             guide: r.guide().ok().flatten(),
+            merge_on_push: config.lora.as_ref().is_some_and(|l| l.merge_on_push),
             filters: Filters {
                 top_p: r.top_p,
                 top_k: r.top_k as i32,
@@ -389,7 +395,8 @@ impl Trainer<GrpoTask> {
         // the policy merged as every later sync merges it, so a resumed run
         // samples exactly as the run it continues.
         if decoder.lora().is_some() {
-            let weights = policy_weights(&mut learner, fleet.shared_device())?;
+            let adapters = fleet.takes_adapters() && !config.merge_on_push;
+            let weights = policy_weights(&mut learner, fleet.shared_device(), adapters)?;
             fleet.update_weights(start.step, weights)?;
         } else {
             fleet.start_at(start.step, &|| learner.host_policy())?;
@@ -493,7 +500,8 @@ impl Task for GrpoTask {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let weights = policy_weights(learner, self.rollouts.shared_device())?;
+        let adapters = self.rollouts.takes_adapters() && !c.merge_on_push;
+        let weights = policy_weights(learner, self.rollouts.shared_device(), adapters)?;
         let sync = self.rollouts.update_weights(step as u64 + 1, weights)?.or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 
@@ -523,6 +531,7 @@ impl Task for GrpoTask {
             time_train: trained,
             time_weight_sync: synced,
             weight_sync_gb_per_s: sync.map_or(0.0, |s| s.gb_per_second()),
+            weight_sync_bytes: sync.map_or(0, |s| s.bytes),
             staleness,
             stale_samples: if stale { collected.completions().count() } else { 0 },
             choices: c.choices,
@@ -693,10 +702,22 @@ impl GrpoTask {
     }
 }
 
-/// The learner's new weights for the fleet: copies made on the device when
-/// the fleet's lone in-process engine shares the learner's one device
-/// (`shared`), else host tensors.
-fn policy_weights(learner: &mut Learner<GrpoObjective>, shared: Option<(i32, ElementType)>) -> Result<PolicyWeights> {
+/// The learner's new weights for the fleet: its adapters alone when it
+/// trains some and `adapters` says the fleet takes them; else the policy
+/// (adapters merged in) as copies made on the device when the fleet's lone
+/// in-process engine shares the learner's one device (`shared`), else as
+/// host tensors.
+fn policy_weights(
+    learner: &mut Learner<GrpoObjective>,
+    shared: Option<(i32, ElementType)>,
+    adapters: bool,
+) -> Result<PolicyWeights> {
+    if adapters && let Some(lora) = learner.decoder().lora() {
+        return Ok(PolicyWeights::Adapters {
+            lora: lora.clone(),
+            tensors: learner.host_params()?.into(),
+        });
+    }
     let started = Instant::now();
     if let Some((device, dtype)) = shared
         && let Some(buffers) = learner.engine_weights(device, dtype)?

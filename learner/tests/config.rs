@@ -71,6 +71,11 @@ fn invalid_values_name_their_key() {
             "[rollout.structured_outputs]\nstructural_tag = \"t\"\n",
             "rollout.structured_outputs",
         ),
+        ("[lora]\ndropout = 0.05\n", "lora.dropout"),
+        ("[lora]\ntarget_modules = []\n", "lora.target_modules"),
+        ("[lora]\ntarget_modules = 3\n", "lora.target_modules"),
+        ("[lora]\nuse_dora = true\n", "use_dora"),
+        ("[lora]\nr = 4\nrank = 8\n", "rank"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()
@@ -264,7 +269,16 @@ fn sweep<C: ConfigFile>(path: &str, optional: &[(&str, &str)]) -> (Vec<String>, 
 
 #[test]
 fn every_numeric_key_takes_or_refuses_extreme_values_naming_the_key() {
-    let (bad, taken) = sweep::<RunConfig>("../examples/reference.toml", &[("algorithm", "epsilon_high")]);
+    let (bad, taken) = sweep::<RunConfig>(
+        "../examples/reference.toml",
+        &[
+            ("algorithm", "epsilon_high"),
+            LORA_KEYS[0],
+            LORA_KEYS[1],
+            LORA_KEYS[2],
+            LORA_KEYS[3],
+        ],
+    );
     assert!(
         bad.is_empty(),
         "refused without naming the key, or panicked:\n{}",
@@ -293,14 +307,24 @@ fn every_numeric_key_takes_or_refuses_extreme_values_naming_the_key() {
             "trainer.devices=0",
             "trainer.eval_every=0",
             "trainer.max_steps=0",
+            "lora.dropout=0",
+            "lora.seed=0",
         ]
     );
 }
 
+/// The numeric keys of the optional `[lora]` section.
+const LORA_KEYS: [(&str, &str); 4] = [
+    ("lora", "rank"),
+    ("lora", "alpha"),
+    ("lora", "dropout"),
+    ("lora", "seed"),
+];
+
 #[test]
 fn every_numeric_key_of_sft_takes_or_refuses_extreme_values_naming_the_key() {
     use grpo_learner::config::sft::SftRunConfig;
-    let (bad, taken) = sweep::<SftRunConfig>("../examples/sft/config.toml", &[]);
+    let (bad, taken) = sweep::<SftRunConfig>("../examples/sft/config.toml", &LORA_KEYS);
     assert!(
         bad.is_empty(),
         "refused without naming the key, or panicked:\n{}",
@@ -319,6 +343,8 @@ fn every_numeric_key_of_sft_takes_or_refuses_extreme_values_naming_the_key() {
             "trainer.devices=0",
             "trainer.eval_every=0",
             "trainer.max_steps=0",
+            "lora.dropout=0",
+            "lora.seed=0",
         ]
     );
 }

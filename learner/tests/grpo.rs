@@ -87,6 +87,8 @@ struct Variant {
     lora: Option<LoraConfig>,
     /// The learning rate (`None`: 3e-3).
     lr: Option<f64>,
+    /// With adapters, push them merged into whole weights.
+    merge_on_push: bool,
 }
 
 /// Answers a first turn with "!" and ends the episode after the second,
@@ -219,6 +221,7 @@ fn try_tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> grpo
         max_staleness: variant.max_staleness,
         choices: Choices::F32,
         guide: variant.guide,
+        merge_on_push: variant.merge_on_push,
         filters: variant.filters,
     };
     let params = upload_parameters(&client, device, &policy, &policy_weights, ElementType::F32).unwrap();
@@ -586,7 +589,15 @@ fn same_training_on_every_layout(lora: Option<LoraConfig>) {
 }
 
 #[test]
-fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_reference() {
+fn lora_adapters_learn_with_the_engine_on_the_policy_and_the_base_as_reference() {
+    for merge_on_push in [false, true] {
+        lora_learns(merge_on_push);
+    }
+}
+
+/// 40 steps of LoRA on every linear layer, pushing the adapters alone or
+/// (`merge_on_push`) merged into whole weights.
+fn lora_learns(merge_on_push: bool) {
     let lora = LoraConfig {
         rank: 4,
         alpha: 8.0,
@@ -600,6 +611,7 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
             beta: 0.05,
             // LoRA's usual rate: ten times full fine-tuning's.
             lr: Some(3e-2),
+            merge_on_push,
             ..Variant::default()
         },
     );
@@ -615,11 +627,10 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
     let reports: Vec<_> = (0..40).map(|_| step(&mut grpo).0).collect();
     let mean = |r: &[StepReport]| r.iter().map(|s| s.reward).sum::<f64>() / r.len() as f64;
     let (first, last) = (mean(&reports[..5]), mean(&reports[35..]));
-    eprintln!("LoRA reward {first:.3} → {last:.3}");
+    eprintln!("LoRA (merge_on_push {merge_on_push}) reward {first:.3} → {last:.3}");
     assert!(last > first + 0.2, "the reward rises: {first:.3} → {last:.3}");
     for report in &reports {
-        // The engine samples the policy the learner scores: the adapters,
-        // merged into its weights after every step.
+        // The engine samples the policy the learner scores, after every step.
         assert!(
             report.sampling_logp_difference < 1e-4,
             "step {}: engine and learner log-probs differ by {} a token",
@@ -654,4 +665,16 @@ fn lora_adapters_learn_with_the_engine_on_the_merged_policy_and_the_base_as_refe
         moments.iter().all(|n| n.contains(".lora_")),
         "AdamW's moments of the adapters alone"
     );
+    // What each sync sent: the adapters' f32 values, or the whole model's.
+    let values = |tensors: &[(String, grpo_model::weights::HostTensor)]| -> u64 {
+        tensors.iter().map(|(_, t)| 4 * t.data.len() as u64).sum()
+    };
+    let adapters = values(&trained);
+    let model = 4 * base.iter().map(|b| b.len() as u64).sum::<u64>();
+    let want = if merge_on_push { model } else { adapters };
+    assert!(
+        reports.iter().all(|r| r.weight_sync_bytes == want),
+        "{want} B a sync: {reports:?}"
+    );
+    eprintln!("bytes a sync: {want} ({adapters} B of adapters, {model} B of model)");
 }

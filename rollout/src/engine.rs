@@ -41,7 +41,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use grpo_model::decoder::Decoder;
+use grpo_model::lora::LoraConfig;
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::HostTensor;
 use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
 
 use crate::error::{Error, Result};
@@ -553,6 +555,54 @@ impl Engine {
         }
         self.now_serving(version, in_flight);
         Ok(())
+    }
+
+    /// Installs LoRA adapter tensors (named as [`Decoder::with_adapters`]
+    /// names them) of the layout `lora` as policy `version`: the engine
+    /// first takes adapters of that layout when it serves others or none
+    /// (its programs then apply `(x·Aᵀ)·Bᵀ·s` beside every adapted layer,
+    /// compiled anew), then updates them as [`Engine::update_weights`] does.
+    /// A refused update leaves the old weights and layout serving.
+    pub fn update_adapters<T: ParameterValues>(
+        &mut self,
+        version: u64,
+        lora: &LoraConfig,
+        tensors: &[(String, T)],
+        in_flight: InFlight,
+    ) -> Result<()> {
+        if self.decoder().lora() == Some(lora) {
+            return self.update_weights(version, tensors, in_flight);
+        }
+        let config = self.decoder().config().clone();
+        let decoder = Decoder::with_adapters(config, lora.clone())?;
+        let base = decoder.base_parameters().len();
+        let zeros = decoder
+            .adapter_parameters()
+            .iter()
+            .map(|spec| {
+                let zeros = HostTensor::new(spec.dims.clone(), vec![0.0; spec.dims.iter().product()])?;
+                zeros.upload(&self.client, &self.device, self.config.dtype)
+            })
+            .collect::<Result<Vec<Buffer>>>()?;
+        let c = &self.config;
+        let programs = Programs::new(
+            &self.client,
+            &self.device,
+            decoder,
+            c.dtype,
+            c.max_num_seqs,
+            c.max_model_len,
+        );
+        let old_programs = std::mem::replace(&mut self.programs, programs);
+        let old_adapters = self.params.split_off(base);
+        self.params.extend(zeros);
+        let installed = self.update_weights(version, tensors, in_flight);
+        if installed.is_err() {
+            self.programs = old_programs;
+            self.params.truncate(base);
+            self.params.extend(old_adapters);
+        }
+        installed
     }
 
     /// Installs `buffers` — every parameter in the model's order, already

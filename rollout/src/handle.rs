@@ -20,11 +20,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::thread;
 
+use grpo_model::lora::LoraConfig;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::{Engine, EngineStats, InFlight};
 use crate::error::{Error, Result};
-use crate::host_weights::IncomingWeights;
+use crate::host_weights::{IncomingWeights, ParameterValues};
 use crate::output::{Completion, RequestId, SampleUpdate};
 use crate::request::Request;
 
@@ -111,6 +112,8 @@ enum Command {
     },
     UpdateWeights {
         version: u64,
+        /// The LoRA layout the tensors are adapters of (`None`: model parameters).
+        adapters: Option<LoraConfig>,
         tensors: IncomingWeights,
         in_flight: InFlight,
         reply: oneshot::Sender<Result<()>>,
@@ -185,6 +188,26 @@ impl EngineHandle {
     ) -> Result<()> {
         self.call(|reply| Command::UpdateWeights {
             version,
+            adapters: None,
+            tensors: tensors.into(),
+            in_flight,
+            reply,
+        })
+        .await?
+    }
+
+    /// Installs LoRA adapters of layout `lora` between two steps (see
+    /// [`Engine::update_adapters`]).
+    pub async fn update_adapters(
+        &self,
+        version: u64,
+        lora: LoraConfig,
+        tensors: impl Into<IncomingWeights>,
+        in_flight: InFlight,
+    ) -> Result<()> {
+        self.call(|reply| Command::UpdateWeights {
+            version,
+            adapters: Some(lora),
             tensors: tensors.into(),
             in_flight,
             reply,
@@ -302,13 +325,18 @@ impl Actor {
             }
             Command::UpdateWeights {
                 version,
+                adapters,
                 tensors,
                 in_flight,
                 reply,
             } => {
                 let installed = match tensors {
-                    IncomingWeights::F32(tensors) => self.engine.update_weights(version, &tensors, in_flight),
-                    IncomingWeights::Bf16(tensors) => self.engine.update_weights(version, &tensors, in_flight),
+                    IncomingWeights::F32(tensors) => {
+                        install(&mut self.engine, version, adapters.as_ref(), &tensors, in_flight)
+                    }
+                    IncomingWeights::Bf16(tensors) => {
+                        install(&mut self.engine, version, adapters.as_ref(), &tensors, in_flight)
+                    }
                 };
                 let _ = reply.send(installed);
             }
@@ -378,5 +406,20 @@ impl Actor {
         for open in self.open.values() {
             let _ = open.updates.send(Err(Error::EngineStopped { reason: reason.clone() }));
         }
+    }
+}
+
+/// Installs `tensors` on `engine` as `version`: adapters of layout
+/// `adapters`, or model parameters.
+fn install<T: ParameterValues>(
+    engine: &mut Engine,
+    version: u64,
+    adapters: Option<&LoraConfig>,
+    tensors: &[(String, T)],
+    in_flight: InFlight,
+) -> Result<()> {
+    match adapters {
+        Some(lora) => engine.update_adapters(version, lora, tensors, in_flight),
+        None => engine.update_weights(version, tensors, in_flight),
     }
 }

@@ -34,6 +34,11 @@ pub struct LoraSection {
     pub use_rslora: bool,
     /// The seed of the adapters' initialization (A Kaiming-uniform, B zero). Default 0.
     pub seed: u64,
+    /// Push the policy with the adapters merged in, as whole weights, even
+    /// to in-process engines, which otherwise take the adapters alone and
+    /// apply them beside the base (workers always take whole weights).
+    /// Default false.
+    pub merge_on_push: bool,
 }
 
 /// `target_modules`: one string ("all-linear" or a pattern) or a list of names.
@@ -55,6 +60,7 @@ impl Default for LoraSection {
             target_modules: TargetModules::One("all-linear".to_string()),
             use_rslora: false,
             seed: 0,
+            merge_on_push: false,
         }
     }
 }

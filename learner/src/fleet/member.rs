@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use grpo_model::lora::LoraConfig;
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::EngineHandle;
 use grpo_rollout::output::Completion;
@@ -198,6 +199,8 @@ pub fn check_answer(request: &Request, samples: &[Completion], vocab_size: usize
 pub(super) struct Payload {
     /// The named f32 tensors.
     pub tensors: HostWeights,
+    /// The layout the tensors are adapters of (`None`: model parameters).
+    adapters: Option<LoraConfig>,
     encoded: Arc<OnceCell<Arc<EncodedUpdate>>>,
 }
 
@@ -206,7 +209,16 @@ impl Payload {
     pub fn new(tensors: HostWeights) -> Payload {
         Payload {
             tensors,
+            adapters: None,
             encoded: Arc::default(),
+        }
+    }
+
+    /// Adapter `tensors` of layout `lora`, for in-process engines only.
+    pub fn adapters(lora: LoraConfig, tensors: HostWeights) -> Payload {
+        Payload {
+            adapters: Some(lora),
+            ..Payload::new(tensors)
         }
     }
 
@@ -239,9 +251,20 @@ pub(super) async fn push(
     payload: Payload,
     options: PushOptions,
 ) -> Result<(), Failure> {
-    match connection {
-        Connection::Remote(mut client) => Ok(client.push_encoded(payload.encoded(version, options).await?).await?),
-        Connection::Local(handle) => Ok(handle.update_weights(version, payload.tensors, InFlight::Keep).await?),
+    match (connection, payload.adapters.clone()) {
+        (Connection::Remote(_), Some(_)) => Err(Failure {
+            message: "a worker takes whole weights, not adapters alone".to_string(),
+            permanent: true,
+        }),
+        (Connection::Remote(mut client), None) => {
+            Ok(client.push_encoded(payload.encoded(version, options).await?).await?)
+        }
+        (Connection::Local(handle), Some(lora)) => Ok(handle
+            .update_adapters(version, lora, payload.tensors, InFlight::Keep)
+            .await?),
+        (Connection::Local(handle), None) => {
+            Ok(handle.update_weights(version, payload.tensors, InFlight::Keep).await?)
+        }
     }
 }
 

@@ -27,6 +27,7 @@ mod pool;
 use std::sync::Arc;
 use std::time::Instant;
 
+use grpo_model::lora::LoraConfig;
 use grpo_model::weights::HostTensor;
 use grpo_rollout::engine::{Engine, EngineStats, InFlight};
 use grpo_rollout::output::Completion;
@@ -56,13 +57,22 @@ pub enum PolicyWeights {
         /// Seconds the copy took (part of the sync's time).
         copy_seconds: f64,
     },
+    /// LoRA adapters alone, as named f32 host tensors of the layout `lora`,
+    /// which engines apply beside the base weights they hold: only for a
+    /// fleet that [`Fleet::takes_adapters`].
+    Adapters {
+        /// The adapters' layout.
+        lora: LoraConfig,
+        /// The adapter tensors.
+        tensors: HostWeights,
+    },
 }
 
 impl PolicyWeights {
     /// Bytes of the policy as f32 values (what a sync is measured by).
     fn f32_bytes(&self) -> u64 {
         match self {
-            PolicyWeights::Host(tensors) => f32_bytes(tensors),
+            PolicyWeights::Host(tensors) | PolicyWeights::Adapters { tensors, .. } => f32_bytes(tensors),
             PolicyWeights::Device { buffers, .. } => buffers.iter().map(|b| b.element_count() as u64 * 4).sum(),
         }
     }
@@ -134,6 +144,11 @@ pub trait Fleet: Send {
     /// [`PolicyWeights::Device`] copies made on that device.
     fn shared_device(&self) -> Option<(i32, ElementType)>;
 
+    /// Whether every engine it has or may take in runs in this process, so
+    /// weights may come as [`PolicyWeights::Adapters`] (workers take whole
+    /// weights).
+    fn takes_adapters(&self) -> bool;
+
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
     /// whose weights the learner does not know, get the named host tensors
@@ -188,6 +203,10 @@ impl Fleet for LocalFleet {
                 self.engine.update_weights_on_device(version, buffers, InFlight::Keep)?;
                 copy_seconds
             }
+            PolicyWeights::Adapters { lora, tensors } => {
+                self.engine.update_adapters(version, &lora, &tensors, InFlight::Keep)?;
+                0.0
+            }
         };
         Ok(SyncReport {
             bytes,
@@ -197,6 +216,10 @@ impl Fleet for LocalFleet {
 
     fn shared_device(&self) -> Option<(i32, ElementType)> {
         Some((self.engine.device().id(), self.engine.config().dtype))
+    }
+
+    fn takes_adapters(&self) -> bool {
+        true
     }
 
     fn start_at(&mut self, version: u64, _weights: &dyn Fn() -> Result<Vec<(String, HostTensor)>>) -> Result<()> {

@@ -673,14 +673,24 @@ impl Fleet for WorkerFleet {
     }
 
     fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
-        let PolicyWeights::Host(tensors) = weights else {
-            return Err(Error::Fleet {
-                message: "weights on a device go only to a lone in-process engine (Fleet::shared_device)".to_string(),
-            });
+        let payload = match weights {
+            PolicyWeights::Host(tensors) => Payload::new(tensors),
+            PolicyWeights::Adapters { lora, tensors } if self.takes_adapters() => Payload::adapters(lora, tensors),
+            PolicyWeights::Adapters { .. } => {
+                return Err(Error::Fleet {
+                    message: "adapters alone go only to in-process engines (Fleet::takes_adapters): workers take whole weights".to_string(),
+                });
+            }
+            PolicyWeights::Device { .. } => {
+                return Err(Error::Fleet {
+                    message: "weights on a device go only to a lone in-process engine (Fleet::shared_device)"
+                        .to_string(),
+                });
+            }
         };
         let started = Instant::now();
         self.version = Some(version);
-        self.weights = Some(Payload::new(tensors));
+        self.weights = Some(payload);
         for index in 0..self.members.len() {
             self.forget_ping(index);
             let member = &mut self.members[index];
@@ -721,6 +731,14 @@ impl Fleet for WorkerFleet {
 
     fn shared_device(&self) -> Option<(i32, grpo_xla::ElementType)> {
         None // workers need host tensors, and weights go to every member alike
+    }
+
+    fn takes_adapters(&self) -> bool {
+        self.registry.is_none()
+            && self
+                .members
+                .iter()
+                .all(|m| matches!(m.connection, Connection::Local(_)))
     }
 
     fn health(&self) -> FleetHealth {

@@ -2,7 +2,8 @@
 //! tokens it gets alone, the samples of a group (one prefill) match
 //! separate requests, returned log-probs equal the log-prob program's,
 //! steady state compiles nothing, aborts free their slots, weight updates
-//! take effect between steps (or are refused whole), bad requests are
+//! take effect between steps (or are refused whole), LoRA adapters applied
+//! beside the base generate as the merged model does, bad requests are
 //! refused while the engine keeps serving.
 
 mod common;
@@ -12,6 +13,7 @@ use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::lora::{AdapterFolder, Merged};
 use grpo_model::weights::{HostTensor, Safetensors};
 use grpo_rollout::Error;
 use grpo_rollout::engine::{Engine, InFlight};
@@ -583,4 +585,71 @@ fn engines_on_two_devices_of_one_client_each_run_on_their_own_and_agree() {
     let refused = Engine::new(&client, decoder, params, grpo_rollout::engine::EngineConfig::default());
     let message = refused.err().expect("refused").to_string();
     assert!(message.contains("one device"), "{message}");
+}
+
+#[test]
+fn adapters_applied_beside_the_base_generate_as_the_merged_model_and_refused_ones_change_nothing() {
+    let client = cpu_client();
+    let adapters = fixture("llama").join("../../lora/llama/adapter");
+    let config = ModelConfig::from_file(fixture("llama").join("config.json")).unwrap();
+    let folder = AdapterFolder::read(&adapters, &config).unwrap();
+    let update: Vec<(String, HostTensor)> = folder.tensors.clone().into_iter().collect();
+    let requests = requests();
+
+    // The reference: a plain engine on the weights with the adapters merged in.
+    let base = Safetensors::open_dir(fixture("llama")).unwrap();
+    let merged = Merged {
+        base: &base,
+        lora: &folder.lora,
+        adapters: &folder.tensors,
+    };
+    let decoder = Decoder::new(config.clone());
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(&client, device, &decoder, &merged, ElementType::F32).unwrap();
+    let engine_config = grpo_rollout::engine::EngineConfig {
+        max_num_seqs: 4,
+        max_model_len: 64,
+        ..Default::default()
+    };
+    let mut reference = Engine::new(&client, decoder, params, engine_config).unwrap();
+    let want = singles(reference.generate(&requests).unwrap());
+
+    let mut adapted = engine(&client, "llama", 4);
+    adapted
+        .update_adapters(1, &folder.lora, &update, InFlight::Keep)
+        .unwrap();
+    assert_eq!(adapted.decoder().lora(), Some(&folder.lora));
+    let got = singles(adapted.generate(&requests).unwrap());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(
+            g.tokens, w.tokens,
+            "adapters beside the base draw what the merged model draws"
+        );
+        let worst = g
+            .logprobs
+            .iter()
+            .zip(&w.logprobs)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst <= 1e-4, "log-probs {worst} apart");
+        assert!(g.versions.iter().all(|&v| v == 1));
+    }
+
+    // Refused: a tensor the layout lacks, and another layout with a misshapen tensor.
+    let mut broken = update.clone();
+    broken[0].0 = "model.layers.0.mlp.up_proj.lora_C.weight".to_string();
+    let error = adapted
+        .update_adapters(2, &folder.lora, &broken, InFlight::Keep)
+        .unwrap_err();
+    assert!(matches!(error, Error::InvalidUpdate { version: 2, .. }), "{error}");
+    let mut other = folder.lora.clone();
+    other.rank = 2;
+    let error = adapted.update_adapters(3, &other, &update, InFlight::Keep).unwrap_err();
+    assert!(error.to_string().contains("shape"), "{error}");
+    assert_eq!((adapted.version(), adapted.decoder().lora()), (1, Some(&folder.lora)));
+    let still = singles(adapted.generate(&requests).unwrap());
+    assert_eq!(
+        still.iter().map(|c| &c.tokens).collect::<Vec<_>>(),
+        got.iter().map(|c| &c.tokens).collect::<Vec<_>>(),
+        "the refused updates left version 1's adapters serving"
+    );
 }

@@ -5,6 +5,8 @@
 #   open_results NAME     — sets OUT (default <cache>/bench-results/NAME-<UTC>.jsonl) and empties it
 #   json_lines WHAT CMD…  — runs CMD, keeps its JSON lines in $OUT (and shows them)
 #   write_meta BENCH      — one {"meta": …} line: commit, CPUs, counts, torch (and transformers) versions
+#   grpo_bench BENCH [JSON] — for runners without a torch side: build_grpo, open_results BENCH and
+#                           one {"meta": …} line (commit, CPU model, cores, and JSON's extra "key": value pairs)
 # Expects ROOT, CACHE, PY, OUT, TORCH_ONLY, THREADS, ROUNDS, RUNS, WARMUP from the runner.
 
 model_tools() {
@@ -67,4 +69,13 @@ if importlib.util.find_spec("transformers"):
     meta["transformers"] = transformers.__version__
 print(json.dumps({"meta": meta}))
 PYTHON
+}
+
+grpo_bench() {
+    build_grpo
+    open_results "$1"
+    local cpu commit
+    cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    echo "{\"meta\": {\"bench\": \"$1\", \"commit\": \"$commit\", \"cpu\": \"$cpu\", \"cores\": $(nproc)${2:+, $2}}}" >>"$OUT"
 }

@@ -51,10 +51,7 @@ ROOT=$PWD
 TORCH_ONLY=0 # read by bench/common.sh: there is no torch side here
 # shellcheck source=bench/common.sh
 source bench/common.sh
-build_grpo
-open_results guided
-CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-echo "{\"meta\": {\"bench\": \"guided\", \"commit\": \"$(git rev-parse --short HEAD 2>/dev/null || echo unknown)\", \"cpu\": \"$CPU\", \"cores\": $(nproc)}}" >>"$OUT"
+grpo_bench guided
 
 run() {
     "$GRPO" bench generate --batch "$BATCH" --new-tokens "$NEW_TOKENS" --dtype "$DTYPE" \

@@ -21,10 +21,11 @@ use grpo_rollout::output::Completion;
 use grpo_rollout::request::{Request, SamplingParams};
 use grpo_worker::AuthToken;
 
-/// The largest absolute difference between the parameters of two
-/// checkpoints' `model.safetensors`, which must hold the same tensors.
-fn max_abs_difference(a: &Path, b: &Path) -> f32 {
-    let open = |dir: &Path| Safetensors::open_files(&[dir.join("model.safetensors")]).unwrap();
+/// The largest absolute difference between the tensors of two checkpoints'
+/// `file` (`model.safetensors`, `adapter_model.safetensors`), which must
+/// hold the same tensors.
+fn max_abs_difference(a: &Path, b: &Path, file: &str) -> f32 {
+    let open = |dir: &Path| Safetensors::open_files(&[dir.join(file)]).unwrap();
     let (a, b) = (open(a), open(b));
     let names = a.names();
     assert_eq!(names, b.names(), "the same tensors");
@@ -115,12 +116,7 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
     let remote = tempfile::tempdir().unwrap();
     let config = tiny_run(remote.path(), trainer);
     let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
-    let workers = format!("rollout.workers=[\"{}\"]", worker.addr);
-    let out = Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(["run", config.to_str().unwrap(), "--set", &workers])
-        .env("GRPO_WORKER_TOKEN", "s3cret")
-        .output()
-        .unwrap();
+    let out = run_with_worker(&config, &worker, "s3cret", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let rows = read_rollouts(&remote.path().join("out/rollouts.parquet")).unwrap();
@@ -131,15 +127,9 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
     for line in lines(&remote.path().join("out/metrics.jsonl")) {
         assert!(line["weight_sync_gb_per_s"].as_f64().unwrap() > 0.0, "{line}");
     }
-    let local_rows = read_rollouts(&local.path().join("out/rollouts.parquet")).unwrap();
-    let sampled = |rows: &[RolloutRow]| -> Vec<(u64, u32, u32, String)> {
-        rows.iter()
-            .map(|r| (r.step, r.group, r.sample, r.completion.clone()))
-            .collect()
-    };
     assert_eq!(
-        sampled(&rows),
-        sampled(&local_rows),
+        sampled(remote.path()),
+        sampled(local.path()),
         "the worker samples what the in-process engine samples"
     );
     // The engines' log-probs may differ in the last bits (XLA's CPU products
@@ -147,24 +137,82 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
     // same requests differently), and so may the updates they weight: the
     // weights must agree far below one step's change (lr 1e-3).
     let checkpoint = |dir: &Path| dir.join("out/checkpoint-3");
-    let largest = max_abs_difference(&checkpoint(local.path()), &checkpoint(remote.path()));
+    let largest = max_abs_difference(
+        &checkpoint(local.path()),
+        &checkpoint(remote.path()),
+        "model.safetensors",
+    );
     assert!(
         largest < 1e-6,
         "f32 weights over gRPC train as the in-process engine: the checkpoints differ by up to {largest}"
     );
 
     let other = remote.path().join("other");
-    let wrong = Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(["run", config.to_str().unwrap(), "--set", &workers])
-        .args(["--out", other.to_str().unwrap()])
-        .env("GRPO_WORKER_TOKEN", "wrong")
-        .output()
-        .unwrap();
+    let wrong = run_with_worker(&config, &worker, "wrong", &["--out", other.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(
         !wrong.status.success() && err.contains(&worker.addr),
         "a refused token names the worker: {err}"
     );
+}
+
+#[test]
+fn a_lora_run_on_a_remote_worker_pushes_the_adapters_alone_and_trains_as_in_process() {
+    let trainer = "max_steps = 3\neval_every = 0\n\n[checkpoint]\nevery = 3\n\n[lora]\nrank = 4\nalpha = 8";
+    let local = tempfile::tempdir().unwrap();
+    run_ok(&["run", tiny_run(local.path(), trainer).to_str().unwrap()]);
+    let remote = tempfile::tempdir().unwrap();
+    let config = tiny_run(remote.path(), trainer);
+    let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
+    let out = run_with_worker(&config, &worker, "s3cret", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    assert_eq!(
+        sampled(remote.path()),
+        sampled(local.path()),
+        "the worker, adapters beside its base, samples what the in-process engine samples"
+    );
+    let model = std::fs::metadata(remote.path().join("tiny/model.safetensors"))
+        .unwrap()
+        .len();
+    for line in lines(&remote.path().join("out/metrics.jsonl")).iter().skip(1) {
+        let sent = line["weight_sync_bytes"].as_u64().unwrap();
+        assert!(
+            sent > 0 && sent * 10 < model,
+            "{sent} B a sync for a {model} B model: {line}"
+        );
+    }
+    let checkpoint = |dir: &Path| dir.join("out/checkpoint-3");
+    let largest = max_abs_difference(
+        &checkpoint(local.path()),
+        &checkpoint(remote.path()),
+        "adapter_model.safetensors",
+    );
+    assert!(
+        largest < 1e-6,
+        "the adapters trained with a worker differ by up to {largest}"
+    );
+}
+
+/// `grpo run CONFIG` with its rollouts on `worker`, called with `token`,
+/// and `args` added.
+fn run_with_worker(config: &Path, worker: &Worker, token: &str, args: &[&str]) -> std::process::Output {
+    let workers = format!("rollout.workers=[\"{}\"]", worker.addr);
+    Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(["run", config.to_str().unwrap(), "--set", &workers])
+        .args(args)
+        .env("GRPO_WORKER_TOKEN", token)
+        .output()
+        .unwrap()
+}
+
+/// The rollouts of the run in `dir`: (step, group, sample, completion text).
+fn sampled(dir: &Path) -> Vec<(u64, u32, u32, String)> {
+    read_rollouts(&dir.join("out/rollouts.parquet"))
+        .unwrap()
+        .iter()
+        .map(|r| (r.step, r.group, r.sample, r.completion.clone()))
+        .collect()
 }
 
 /// A `grpo run` in the background, its stderr kept in `dir/run.log`.

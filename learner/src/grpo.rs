@@ -96,8 +96,8 @@ pub struct GrpoConfig {
     /// are drawn under its mask; their recorded log-probs, like the
     /// learner's, are the unmasked policy's.
     pub guide: Option<Guide>,
-    /// With adapters: push the policy merged into whole weights even to a
-    /// fleet that takes adapters alone.
+    /// With adapters: push the policy merged into whole weights, not the
+    /// adapters alone.
     pub merge_on_push: bool,
 }
 
@@ -395,8 +395,7 @@ impl Trainer<GrpoTask> {
         // the policy merged as every later sync merges it, so a resumed run
         // samples exactly as the run it continues.
         if decoder.lora().is_some() {
-            let adapters = fleet.takes_adapters() && !config.merge_on_push;
-            let weights = policy_weights(&mut learner, fleet.shared_device(), adapters)?;
+            let weights = policy_weights(&mut learner, fleet.shared_device(), !config.merge_on_push)?;
             fleet.update_weights(start.step, weights)?;
         } else {
             fleet.start_at(start.step, &|| learner.host_policy())?;
@@ -500,8 +499,7 @@ impl Task for GrpoTask {
         let trained = training.elapsed().as_secs_f64();
 
         let syncing = Instant::now();
-        let adapters = self.rollouts.takes_adapters() && !c.merge_on_push;
-        let weights = policy_weights(learner, self.rollouts.shared_device(), adapters)?;
+        let weights = policy_weights(learner, self.rollouts.shared_device(), !c.merge_on_push)?;
         let sync = self.rollouts.update_weights(step as u64 + 1, weights)?.or(drawn.sync);
         let synced = syncing.elapsed().as_secs_f64();
 
@@ -703,7 +701,7 @@ impl GrpoTask {
 }
 
 /// The learner's new weights for the fleet: its adapters alone when it
-/// trains some and `adapters` says the fleet takes them; else the policy
+/// trains some and `adapters` asks for them alone; else the policy
 /// (adapters merged in) as copies made on the device when the fleet's lone
 /// in-process engine shares the learner's one device (`shared`), else as
 /// host tensors.

@@ -212,8 +212,6 @@ pub enum Rollouts {
 pub struct Ahead {
     /// The fleet's [`Fleet::shared_device`], read before it left for the thread.
     shared_device: Option<(i32, ElementType)>,
-    /// The fleet's [`Fleet::takes_adapters`], read then too.
-    takes_adapters: bool,
     commands: Option<Sender<Command>>,
     batches: Receiver<Result<Drawn>>,
     thread: Option<JoinHandle<()>>,
@@ -227,7 +225,6 @@ impl Rollouts {
             return Ok(Rollouts::Inline(Box::new(side)));
         }
         let shared_device = side.fleet.shared_device();
-        let takes_adapters = side.fleet.takes_adapters();
         let (commands, inbox) = crossbeam_channel::unbounded();
         let (outbox, batches) = crossbeam_channel::bounded(max_staleness - 1);
         let thread = std::thread::Builder::new()
@@ -239,7 +236,6 @@ impl Rollouts {
             })?;
         Ok(Rollouts::Ahead(Ahead {
             shared_device,
-            takes_adapters,
             commands: Some(commands),
             batches,
             thread: Some(thread),
@@ -252,14 +248,6 @@ impl Rollouts {
         match self {
             Rollouts::Inline(side) => side.fleet.shared_device(),
             Rollouts::Ahead(ahead) => ahead.shared_device,
-        }
-    }
-
-    /// Whether the fleet takes adapters alone ([`Fleet::takes_adapters`]).
-    pub fn takes_adapters(&self) -> bool {
-        match self {
-            Rollouts::Inline(side) => side.fleet.takes_adapters(),
-            Rollouts::Ahead(ahead) => ahead.takes_adapters,
         }
     }
 

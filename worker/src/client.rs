@@ -2,6 +2,7 @@
 //! stream of finished samples, weight pushes in the three phases, pause,
 //! resume, health and stats. Every call carries the shared token.
 
+use grpo_model::lora::LoraConfig;
 use grpo_model::weights::HostTensor;
 use grpo_proto::rollout as proto;
 use grpo_proto::rollout::rollout_worker_client::RolloutWorkerClient;
@@ -36,9 +37,15 @@ pub struct PushOptions {
 }
 
 impl PushOptions {
-    /// `tensors` encoded as `version` the way these options send them
-    /// (once, for as many workers as take them), after checking the chunk size.
-    pub fn encode(&self, version: u64, tensors: &[(String, HostTensor)]) -> Result<EncodedUpdate, WorkerError> {
+    /// `tensors` (adapters of layout `adapters`, or model parameters)
+    /// encoded as `version` the way these options send them (once, for as
+    /// many workers as take them), after checking the chunk size.
+    pub fn encode(
+        &self,
+        version: u64,
+        tensors: &[(String, HostTensor)],
+        adapters: Option<&LoraConfig>,
+    ) -> Result<EncodedUpdate, WorkerError> {
         let min = self.dtype.element_bytes();
         if !(min..=MAX_CHUNK_BYTES).contains(&self.chunk_bytes) {
             return Err(WorkerError::ChunkSize {
@@ -49,7 +56,7 @@ impl PushOptions {
         }
         Ok(EncodedUpdate::new(
             version,
-            tensors,
+            (tensors, adapters),
             self.dtype,
             self.chunk_bytes,
             self.in_flight,
@@ -168,7 +175,7 @@ impl WorkerClient {
         tensors: &[(String, HostTensor)],
         options: &PushOptions,
     ) -> Result<(), WorkerError> {
-        self.push_encoded(&options.encode(version, tensors)?).await
+        self.push_encoded(&options.encode(version, tensors, None)?).await
     }
 
     /// Installs an encoded update: announces its tensors, streams their

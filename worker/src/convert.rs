@@ -2,6 +2,7 @@
 //! worker reads requests and writes samples; its client the reverse).
 //! Unset sampling fields take [`SamplingParams::default`]'s values.
 
+use grpo_model::lora::{LoraConfig, Targets};
 use grpo_proto::rollout as proto;
 
 use crate::error::WorkerError;
@@ -259,6 +260,38 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
     }
 }
 
+/// The message describing the LoRA layout `lora`.
+pub(crate) fn lora_to_proto(lora: &LoraConfig) -> proto::LoraAdapters {
+    use proto::lora_adapters::Targets as Wire;
+    proto::LoraAdapters {
+        rank: u32::try_from(lora.rank).unwrap_or(u32::MAX),
+        alpha: lora.alpha,
+        use_rslora: lora.use_rslora,
+        targets: Some(match &lora.targets {
+            Targets::AllLinear => Wire::AllLinear(true),
+            Targets::Modules(names) => Wire::Modules(proto::TargetModules { names: names.clone() }),
+            Targets::Pattern(pattern) => Wire::Pattern(pattern.clone()),
+        }),
+    }
+}
+
+/// The LoRA layout a message describes; one without targets is refused.
+pub(crate) fn lora_from_proto(message: &proto::LoraAdapters) -> Result<LoraConfig, String> {
+    use proto::lora_adapters::Targets as Wire;
+    let targets = match &message.targets {
+        Some(Wire::AllLinear(_)) => Targets::AllLinear,
+        Some(Wire::Modules(modules)) => Targets::Modules(modules.names.clone()),
+        Some(Wire::Pattern(pattern)) => Targets::Pattern(pattern.clone()),
+        None => return Err("the adapters name no target layers".to_string()),
+    };
+    Ok(LoraConfig {
+        rank: message.rank as usize,
+        alpha: message.alpha,
+        targets,
+        use_rslora: message.use_rslora,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,5 +398,30 @@ mod tests {
         for bad in [unknown, short] {
             assert!(matches!(sample_from_proto(bad), Err(WorkerError::Protocol { .. })));
         }
+    }
+
+    #[test]
+    fn lora_layouts_survive_the_round_trip_and_one_without_targets_is_refused() {
+        for targets in [
+            Targets::AllLinear,
+            Targets::Modules(vec!["q_proj".into(), "model.layers.0.mlp.down_proj".into()]),
+            Targets::Pattern(".*_proj".into()),
+        ] {
+            let lora = LoraConfig {
+                rank: 16,
+                alpha: 32.0,
+                targets,
+                use_rslora: true,
+            };
+            assert_eq!(lora_from_proto(&lora_to_proto(&lora)).unwrap(), lora);
+        }
+        let mut message = lora_to_proto(&LoraConfig {
+            rank: 1,
+            alpha: 1.0,
+            targets: Targets::AllLinear,
+            use_rslora: false,
+        });
+        message.targets = None;
+        assert!(lora_from_proto(&message).unwrap_err().contains("target"));
     }
 }

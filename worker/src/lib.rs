@@ -44,4 +44,5 @@ pub use weights::{EncodedUpdate, MAX_CHUNK_BYTES, WireDtype};
 
 /// The version of the worker protocol this build speaks; a learner refuses
 /// workers speaking another (they report it in Health and Register).
-pub const PROTOCOL_VERSION: u32 = 1;
+/// (2: weight updates may carry LoRA adapters.)
+pub const PROTOCOL_VERSION: u32 = 2;

@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use grpo_model::names::ParamSpec;
+use grpo_model::decoder::Decoder;
 use grpo_proto::rollout as proto;
 use grpo_proto::rollout::rollout_worker_server::{RolloutWorker, RolloutWorkerServer};
 use tokio::net::TcpListener;
@@ -28,7 +28,7 @@ use crate::auth::{AuthToken, CheckToken};
 use crate::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
 use crate::error::{WorkerError, status};
 use crate::tls::{ServerTls, server_builder};
-use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate};
+use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate, announced_parameters};
 use grpo_rollout::engine::Engine;
 use grpo_rollout::handle::{EngineHandle, SampleStream};
 use grpo_xla::ElementType;
@@ -68,7 +68,7 @@ impl WorkerServer {
         let addr = listener.local_addr().map_err(bind_error)?;
         let service = Service {
             instance: std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), addr),
-            parameters: engine.decoder().parameters().to_vec(),
+            decoder: engine.decoder().base(),
             engine_dtype: engine.config().dtype,
             handle: EngineHandle::spawn(engine),
             staging: Mutex::new(Staging::Idle),
@@ -163,8 +163,9 @@ struct Service {
     /// Drawn at start (a random hash): tells a restarted worker from the one before.
     instance: u64,
     handle: EngineHandle,
-    /// The model's parameters, which announced tensors must be.
-    parameters: Vec<ParamSpec>,
+    /// The model without adapters, whose parameters (or adapters of an
+    /// announced layout) announced tensors must be.
+    decoder: Decoder,
     /// The engine's weight dtype, which staged updates are held in.
     engine_dtype: ElementType,
     staging: Mutex<Staging>,
@@ -239,7 +240,8 @@ impl RolloutWorker for Service {
         request: Request<proto::StartWeightUpdateRequest>,
     ) -> Result<Response<proto::StartWeightUpdateResponse>, Status> {
         let start = request.into_inner();
-        let staged = StagedUpdate::new(&start, &self.parameters, self.engine_dtype);
+        let staged = announced_parameters(&start, &self.decoder)
+            .and_then(|(adapters, parameters)| StagedUpdate::new(&start, &parameters, adapters, self.engine_dtype));
         let mut staging = self.staging();
         match staged {
             Ok(update) => {
@@ -285,11 +287,19 @@ impl RolloutWorker for Service {
         };
         let staged = update.version();
         let installed = match update.finish(version) {
-            Ok(done) => {
-                self.handle
-                    .update_weights(done.version, done.tensors, done.in_flight)
-                    .await
-            }
+            Ok(done) => match done.adapters {
+                Some(lora) => {
+                    let handle = &self.handle;
+                    handle
+                        .update_adapters(done.version, lora, done.tensors, done.in_flight)
+                        .await
+                }
+                None => {
+                    self.handle
+                        .update_weights(done.version, done.tensors, done.in_flight)
+                        .await
+                }
+            },
             Err(error) => Err(error),
         };
         if let Err(error) = installed {

@@ -17,9 +17,13 @@
 
 use std::collections::BTreeMap;
 
+use grpo_model::decoder::Decoder;
+use grpo_model::lora::LoraConfig;
 use grpo_model::names::ParamSpec;
 use grpo_model::weights::HostTensor;
 use grpo_proto::rollout as proto;
+
+use crate::convert::{lora_from_proto, lora_to_proto};
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::host_weights::{Bf16Tensor, IncomingWeights};
 use grpo_rollout::{Error, Result};
@@ -131,11 +135,12 @@ pub struct EncodedUpdate {
 }
 
 impl EncodedUpdate {
-    /// `tensors` encoded in `dtype` as `version`, chunks of at most
-    /// `chunk_bytes` bytes (rounded down to whole values, at least one).
+    /// `tensors` (adapters of layout `adapters`, or model parameters)
+    /// encoded in `dtype` as `version`, chunks of at most `chunk_bytes`
+    /// bytes (rounded down to whole values, at least one).
     pub fn new(
         version: u64,
-        tensors: &[(String, HostTensor)],
+        (tensors, adapters): (&[(String, HostTensor)], Option<&LoraConfig>),
         dtype: WireDtype,
         chunk_bytes: usize,
         in_flight: InFlight,
@@ -169,6 +174,7 @@ impl EncodedUpdate {
                 version,
                 tensors: specs,
                 in_flight: in_flight_to_proto(in_flight).into(),
+                adapters: adapters.map(lora_to_proto),
             },
             chunks,
         }
@@ -251,8 +257,30 @@ enum StagedValues {
 #[derive(Debug)]
 pub(crate) struct Assembled {
     pub version: u64,
+    /// The LoRA layout the tensors are adapters of (`None`: model parameters).
+    pub adapters: Option<LoraConfig>,
     pub tensors: IncomingWeights,
     pub in_flight: InFlight,
+}
+
+/// The LoRA layout an update announces (if any) and the parameters its
+/// tensors must be among: the model's (`decoder`, without adapters), or
+/// with a layout the model's with those adapters.
+pub(crate) fn announced_parameters(
+    start: &proto::StartWeightUpdateRequest,
+    decoder: &Decoder,
+) -> Result<(Option<LoraConfig>, Vec<ParamSpec>)> {
+    let refuse = |message: String| Error::InvalidUpdate {
+        version: start.version,
+        message,
+    };
+    let Some(message) = &start.adapters else {
+        return Ok((None, decoder.parameters().to_vec()));
+    };
+    let lora = lora_from_proto(message).map_err(refuse)?;
+    let adapted = Decoder::with_adapters(decoder.config().clone(), lora.clone())
+        .map_err(|e| refuse(format!("adapters the model cannot take: {e}")))?;
+    Ok((Some(lora), adapted.parameters().to_vec()))
 }
 
 /// A weight update between its start and its finish: announced tensors
@@ -260,6 +288,7 @@ pub(crate) struct Assembled {
 #[derive(Debug)]
 pub(crate) struct StagedUpdate {
     version: u64,
+    adapters: Option<LoraConfig>,
     in_flight: InFlight,
     tensors: Vec<StagedTensor>,
     /// `tensors`' values, in the same order.
@@ -268,12 +297,14 @@ pub(crate) struct StagedUpdate {
 
 impl StagedUpdate {
     /// Stages the update `start` announces for a model with `parameters`
-    /// whose engine runs in `engine_dtype` (bf16, or f32 for anything
-    /// else): each tensor must be one of the parameters (once), with its
-    /// shape.
+    /// (those of `adapters`' layout when the update carries adapters, see
+    /// [`announced_parameters`]) whose engine runs in `engine_dtype` (bf16,
+    /// or f32 for anything else): each tensor must be one of the
+    /// parameters (once), with its shape.
     pub fn new(
         start: &proto::StartWeightUpdateRequest,
         parameters: &[ParamSpec],
+        adapters: Option<LoraConfig>,
         engine_dtype: ElementType,
     ) -> Result<StagedUpdate> {
         let version = start.version;
@@ -316,6 +347,7 @@ impl StagedUpdate {
         };
         Ok(StagedUpdate {
             version,
+            adapters,
             in_flight,
             tensors,
             values,
@@ -419,6 +451,7 @@ impl StagedUpdate {
         };
         Ok(Assembled {
             version,
+            adapters: self.adapters,
             tensors,
             in_flight: self.in_flight,
         })
@@ -454,11 +487,11 @@ mod tests {
     }
 
     fn encoded(dtype: WireDtype, chunk_bytes: usize) -> EncodedUpdate {
-        EncodedUpdate::new(3, &tensors(), dtype, chunk_bytes, InFlight::Keep)
+        EncodedUpdate::new(3, (&tensors(), None), dtype, chunk_bytes, InFlight::Keep)
     }
 
     fn staged(dtype: WireDtype) -> StagedUpdate {
-        StagedUpdate::new(&encoded(dtype, 1 << 20).start, &parameters(), ElementType::F32).unwrap()
+        StagedUpdate::new(&encoded(dtype, 1 << 20).start, &parameters(), None, ElementType::F32).unwrap()
     }
 
     fn chunks(dtype: WireDtype, chunk_bytes: usize) -> Vec<proto::WeightChunk> {
@@ -498,7 +531,7 @@ mod tests {
         let wires = [(WireDtype::F32, 12), (WireDtype::Bf16, 6), (WireDtype::F32, 1 << 20)];
         for (engine, (dtype, chunk_bytes)) in engines.into_iter().flat_map(|e| wires.map(|w| (e, w))) {
             let start = encoded(dtype, 1 << 20).start;
-            let mut update = StagedUpdate::new(&start, &parameters(), engine).unwrap();
+            let mut update = StagedUpdate::new(&start, &parameters(), None, engine).unwrap();
             let mut all = chunks(dtype, chunk_bytes);
             all.reverse();
             let count: usize = all.iter().map(|c| update.add(c).unwrap()).sum();
@@ -603,7 +636,7 @@ mod tests {
         // Right chunks, wrong announcement: the whole-tensor checksum catches it.
         let mut start = encoded(WireDtype::Bf16, 1 << 20).start;
         start.tensors[1].crc32 ^= 1;
-        let mut announced = StagedUpdate::new(&start, &parameters(), ElementType::F32).unwrap();
+        let mut announced = StagedUpdate::new(&start, &parameters(), None, ElementType::F32).unwrap();
         for chunk in &all {
             announced.add(chunk).unwrap();
         }
@@ -616,11 +649,11 @@ mod tests {
 
     #[test]
     fn announcements_must_match_the_model() {
-        let start = || EncodedUpdate::new(3, &tensors(), WireDtype::F32, 1 << 20, InFlight::Abort).start;
+        let start = || EncodedUpdate::new(3, (&tensors(), None), WireDtype::F32, 1 << 20, InFlight::Abort).start;
         let bad = |f: &dyn Fn(&mut proto::StartWeightUpdateRequest)| {
             let mut request = start();
             f(&mut request);
-            refusal(StagedUpdate::new(&request, &parameters(), ElementType::F32))
+            refusal(StagedUpdate::new(&request, &parameters(), None, ElementType::F32))
         };
         let cases = [
             (bad(&|r| r.tensors[0].name = "z".to_string()), "no parameter `z`"),
@@ -632,7 +665,7 @@ mod tests {
         for (message, needle) in cases {
             assert!(message.contains(needle), "{message} should say {needle}");
         }
-        let update = StagedUpdate::new(&start(), &parameters(), ElementType::Bf16).unwrap();
+        let update = StagedUpdate::new(&start(), &parameters(), None, ElementType::Bf16).unwrap();
         assert_eq!((update.version(), update.in_flight), (3, InFlight::Abort));
     }
 }

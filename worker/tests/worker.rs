@@ -304,7 +304,7 @@ async fn refused_updates_leave_the_old_weights_serving() {
     let probe = request(12, 0.0, 1, 0);
     let before = generate(&mut worker, &probe).await;
     let update = new_weights(3, WireDtype::F32);
-    let encoded = EncodedUpdate::new(1, &update, WireDtype::F32, 512, InFlight::Keep);
+    let encoded = EncodedUpdate::new(1, (&update, None), WireDtype::F32, 512, InFlight::Keep);
     let start = || encoded.start.clone();
     let chunks = || encoded.chunks.clone();
 
@@ -383,7 +383,7 @@ async fn every_call_needs_the_token() {
     .await
     .unwrap();
     let update = new_weights(1, WireDtype::F32);
-    let encoded = EncodedUpdate::new(1, &update, WireDtype::F32, 1 << 20, InFlight::Keep);
+    let encoded = EncodedUpdate::new(1, (&update, None), WireDtype::F32, 1 << 20, InFlight::Keep);
     let errors = [
         wrong.generate(&request(4, 0.0, 1, 0)).await.err().unwrap(),
         wrong.start_weight_update(encoded.start.clone()).await.unwrap_err(),

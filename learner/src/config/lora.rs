@@ -34,10 +34,9 @@ pub struct LoraSection {
     pub use_rslora: bool,
     /// The seed of the adapters' initialization (A Kaiming-uniform, B zero). Default 0.
     pub seed: u64,
-    /// Push the policy with the adapters merged in, as whole weights, even
-    /// to in-process engines, which otherwise take the adapters alone and
-    /// apply them beside the base (workers always take whole weights).
-    /// Default false.
+    /// Push the policy with the adapters merged in, as whole weights, to
+    /// engines and workers, which otherwise take the adapters alone and
+    /// apply them beside the base weights they hold. Default false.
     pub merge_on_push: bool,
 }
 

@@ -214,7 +214,7 @@ impl Payload {
         }
     }
 
-    /// Adapter `tensors` of layout `lora`, for in-process engines only.
+    /// Adapter `tensors` of layout `lora`.
     pub fn adapters(lora: LoraConfig, tensors: HostWeights) -> Payload {
         Payload {
             adapters: Some(lora),
@@ -226,10 +226,11 @@ impl Payload {
     /// threads by the first caller, shared with the others.
     async fn encoded(&self, version: u64, options: PushOptions) -> Result<&EncodedUpdate, Failure> {
         let tensors = self.tensors.clone();
+        let adapters = self.adapters.clone();
         let update = self
             .encoded
             .get_or_try_init(|| async move {
-                let encode = move || options.encode(version, &tensors).map(Arc::new);
+                let encode = move || options.encode(version, &tensors, adapters.as_ref()).map(Arc::new);
                 tokio::task::spawn_blocking(encode)
                     .await
                     .map_err(|e| Failure {
@@ -252,11 +253,7 @@ pub(super) async fn push(
     options: PushOptions,
 ) -> Result<(), Failure> {
     match (connection, payload.adapters.clone()) {
-        (Connection::Remote(_), Some(_)) => Err(Failure {
-            message: "a worker takes whole weights, not adapters alone".to_string(),
-            permanent: true,
-        }),
-        (Connection::Remote(mut client), None) => {
+        (Connection::Remote(mut client), _) => {
             Ok(client.push_encoded(payload.encoded(version, options).await?).await?)
         }
         (Connection::Local(handle), Some(lora)) => Ok(handle

@@ -58,8 +58,7 @@ pub enum PolicyWeights {
         copy_seconds: f64,
     },
     /// LoRA adapters alone, as named f32 host tensors of the layout `lora`,
-    /// which engines apply beside the base weights they hold: only for a
-    /// fleet that [`Fleet::takes_adapters`].
+    /// which engines and workers apply beside the base weights they hold.
     Adapters {
         /// The adapters' layout.
         lora: LoraConfig,
@@ -144,11 +143,6 @@ pub trait Fleet: Send {
     /// [`PolicyWeights::Device`] copies made on that device.
     fn shared_device(&self) -> Option<(i32, ElementType)>;
 
-    /// Whether every engine it has or may take in runs in this process, so
-    /// weights may come as [`PolicyWeights::Adapters`] (workers take whole
-    /// weights).
-    fn takes_adapters(&self) -> bool;
-
     /// Marks the weights the fleet was built with as policy `version`
     /// (a resumed run's engine holds its checkpoint's weights). Workers,
     /// whose weights the learner does not know, get the named host tensors
@@ -216,10 +210,6 @@ impl Fleet for LocalFleet {
 
     fn shared_device(&self) -> Option<(i32, ElementType)> {
         Some((self.engine.device().id(), self.engine.config().dtype))
-    }
-
-    fn takes_adapters(&self) -> bool {
-        true
     }
 
     fn start_at(&mut self, version: u64, _weights: &dyn Fn() -> Result<Vec<(String, HostTensor)>>) -> Result<()> {

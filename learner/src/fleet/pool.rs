@@ -675,12 +675,7 @@ impl Fleet for WorkerFleet {
     fn update_weights(&mut self, version: u64, weights: PolicyWeights) -> Result<SyncReport> {
         let payload = match weights {
             PolicyWeights::Host(tensors) => Payload::new(tensors),
-            PolicyWeights::Adapters { lora, tensors } if self.takes_adapters() => Payload::adapters(lora, tensors),
-            PolicyWeights::Adapters { .. } => {
-                return Err(Error::Fleet {
-                    message: "adapters alone go only to in-process engines (Fleet::takes_adapters): workers take whole weights".to_string(),
-                });
-            }
+            PolicyWeights::Adapters { lora, tensors } => Payload::adapters(lora, tensors),
             PolicyWeights::Device { .. } => {
                 return Err(Error::Fleet {
                     message: "weights on a device go only to a lone in-process engine (Fleet::shared_device)"
@@ -731,14 +726,6 @@ impl Fleet for WorkerFleet {
 
     fn shared_device(&self) -> Option<(i32, grpo_xla::ElementType)> {
         None // workers need host tensors, and weights go to every member alike
-    }
-
-    fn takes_adapters(&self) -> bool {
-        self.registry.is_none()
-            && self
-                .members
-                .iter()
-                .all(|m| matches!(m.connection, Connection::Local(_)))
     }
 
     fn health(&self) -> FleetHealth {

@@ -108,6 +108,55 @@ fn an_sft_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
     assert_eq!(losses(whole.path()).len(), 40);
 }
 
+#[test]
+fn sft_with_lora_trains_adapters_that_logprobs_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let lora = "\n[lora]\nrank = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\"]\n";
+    let config = tiny_sft(dir.path(), lora);
+    stdout(&grpo_installed(&[
+        "sft",
+        config.to_str().unwrap(),
+        "--set",
+        "optimizer.lr=1e-2",
+    ]));
+    let metrics = lines(&dir.path().join("out/metrics.jsonl"));
+    let eval: Vec<f64> = metrics.iter().filter_map(|l| l["eval_loss"].as_f64()).collect();
+    assert!(
+        eval.last() < eval.first(),
+        "the adapters lowered the eval loss: {eval:?}"
+    );
+    let adapters = dir.path().join("out/final");
+    assert!(adapters.join("adapter_config.json").is_file() && !adapters.join("model.safetensors").exists());
+
+    let input = dir.path().join("score.jsonl");
+    std::fs::write(&input, "{\"prompt\": \"3 + 1 =\", \"completion\": \" 4.\"}\n").unwrap();
+    let model = dir.path().join("tiny");
+    let score = |adapter: Option<&Path>| -> f64 {
+        let mut args = vec![
+            "logprobs",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ];
+        if let Some(adapter) = adapter {
+            args.extend(["--adapter", adapter.to_str().unwrap()]);
+        }
+        let line: serde_json::Value = serde_json::from_str(stdout(&grpo_installed(&args)).trim()).unwrap();
+        line["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .sum()
+    };
+    let (base, tuned) = (score(None), score(Some(&adapters)));
+    assert!(
+        tuned > base,
+        "the trained adapters make the answer likelier: {base} → {tuned}"
+    );
+}
+
 /// The zeros the config sweep (`learner/tests/config.rs`) takes run
 /// together for a step; a run of 0 steps writes the final folder.
 #[test]

@@ -447,6 +447,8 @@ fn every_zero_the_config_takes_runs() {
         "rollout.seed=0",
         "trainer.devices=0",
         "trainer.eval_every=0",
+        "lora.dropout=0",
+        "lora.seed=0",
     ];
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_run(dir.path(), "max_steps = 1");

@@ -310,10 +310,12 @@ fn a_killed_lora_run_resumes_to_the_same_adapters_and_writes_peft_folders() {
 }
 
 #[test]
-fn lora_adapters_alone_reach_several_in_process_engines_unless_merged() {
+fn lora_adapters_alone_reach_several_in_process_engines_unless_merged_from_a_bf16_base() {
     let sync_bytes = |merge: bool| -> Vec<u64> {
         let dir = tempfile::tempdir().unwrap();
-        let lora = format!("max_steps = 2\neval_every = 0\n\n[lora]\nrank = 2\nmerge_on_push = {merge}");
+        let lora = format!(
+            "max_steps = 2\neval_every = 0\n\n[algorithm]\nbeta = 0.05\n\n[lora]\nrank = 2\nmerge_on_push = {merge}\nbase_dtype = \"bf16\""
+        );
         let config = tiny_run(dir.path(), &lora);
         let config = config.to_str().unwrap();
         run_ok(&["run", config, "--set", "rollout.engines=2", "--cpu-devices", "2"]);
@@ -329,6 +331,31 @@ fn lora_adapters_alone_reach_several_in_process_engines_unless_merged() {
         alone.iter().all(|&b| b > 0 && b * 10 < merged[0]),
         "{alone:?} vs {merged:?}"
     );
+}
+
+#[test]
+fn an_fsdp_lora_run_splits_its_bf16_base_and_merges_it_for_the_engine() {
+    let state_bytes = |parallel: bool| -> Vec<u64> {
+        let dir = tempfile::tempdir().unwrap();
+        let lora = "max_steps = 2\neval_every = 0\n\n[lora]\nrank = 2\nbase_dtype = \"bf16\"\nmerge_on_push = true";
+        let config = tiny_run(dir.path(), lora);
+        let config = config.to_str().unwrap();
+        let layout = ["--set", "trainer.parallelism=\"fsdp\"", "--cpu-devices", "2"];
+        run_ok(&[&["run", config][..], if parallel { &layout[..] } else { &[] }].concat());
+        assert!(dir.path().join("out/final/adapter_model.safetensors").is_file());
+        let metrics = lines(&dir.path().join("out/metrics.jsonl"));
+        let step = metrics.iter().find(|l| l.get("loss").is_some()).unwrap();
+        step["learner_state_bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect()
+    };
+    let (whole, split) = (state_bytes(false), state_bytes(true));
+    println!("LoRA on a bf16 base, learner state per device: one device {whole:?} B, FSDP over 2 {split:?} B");
+    assert_eq!(split.len(), 2);
+    assert!(split.iter().all(|&b| b < whole[0] * 6 / 10), "{split:?} of {whole:?}");
 }
 
 #[test]

@@ -109,9 +109,10 @@ fn an_sft_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
 }
 
 #[test]
-fn sft_with_lora_trains_adapters_that_logprobs_applies() {
+fn sft_with_lora_on_a_bf16_base_trains_adapters_that_logprobs_applies() {
     let dir = tempfile::tempdir().unwrap();
-    let lora = "\n[lora]\nrank = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\"]\n";
+    // The base held in bf16: the eval's log-prob program reads it in f32.
+    let lora = "\n[lora]\nrank = 4\nalpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\"]\nbase_dtype = \"bf16\"\n";
     let config = tiny_sft(dir.path(), lora);
     stdout(&grpo_installed(&[
         "sft",

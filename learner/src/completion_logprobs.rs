@@ -14,10 +14,11 @@ use std::collections::HashMap;
 
 use grpo_model::decoder::Decoder;
 use grpo_xla::trace::{Graph, Mesh, Tensor};
-use grpo_xla::{Arg, Client, ElementType, Executable, ShardedBuffer, Sharding};
+use grpo_xla::{Arg, Client, ElementType, Executable, ShardedBuffer, Sharding, TensorType};
 
 use crate::batch::MicroBatchShape;
 use crate::error::Result;
+use crate::learner::in_dtype;
 
 /// Log-probs and entropies `[R·K, C]` of the `slots` (`K`) completion slots
 /// of `c` columns in token `ids` `[R, P + K·C]` with `attention`: one sample
@@ -71,7 +72,10 @@ impl LogprobPrograms {
         shape: MicroBatchShape,
         inputs: &mut Vec<ShardedBuffer>,
     ) -> Result<()> {
-        let layout: Vec<Sharding> = policy.iter().map(|p| p.sharding().clone()).collect();
+        let layout: Vec<(TensorType, Sharding)> = policy
+            .iter()
+            .map(|p| (p.tensor_type().clone(), p.sharding().clone()))
+            .collect();
         let program = self.program(shape, layout)?;
         let mut args: Vec<_> = policy.iter().map(|&p| Arg::Borrow(p)).collect();
         args.extend([Arg::Borrow(&inputs[0]), Arg::Borrow(&inputs[1])]);
@@ -80,14 +84,20 @@ impl LogprobPrograms {
         Ok(())
     }
 
-    /// The program for `shape`, compiled on first use, with the weights
-    /// laid out as `layout` says (partitioned on a mesh of several devices).
-    fn program(&mut self, shape: MicroBatchShape, mut layout: Vec<Sharding>) -> Result<&Executable> {
+    /// The program for `shape`, compiled on first use, with the weights of
+    /// the types and layout `layout` gives (partitioned on a mesh of several
+    /// devices; a bf16 frozen base is read in f32).
+    fn program(&mut self, shape: MicroBatchShape, layout: Vec<(TensorType, Sharding)>) -> Result<&Executable> {
         if !self.programs.contains_key(&shape) {
             let (b, t) = (shape.rows as i64, shape.tokens() as i64);
             let (n, c) = (shape.samples() as i64, shape.completion_tokens as i64);
             let graph = Graph::new(&format!("completion_logprobs_{b}x{t}_{n}x{c}"));
-            let tensors = self.decoder.parameter_tensors(&graph, ElementType::F32)?;
+            let (types, mut layout): (Vec<TensorType>, Vec<Sharding>) = layout.into_iter().unzip();
+            let inputs = types
+                .iter()
+                .map(|ty| graph.parameter(ty.dtype, &ty.dims))
+                .collect::<grpo_xla::Result<Vec<Tensor>>>()?;
+            let tensors = in_dtype(&inputs, ElementType::F32)?;
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;
             let slot_layout = (shape.slots as i64, c);

@@ -24,11 +24,21 @@ pub struct EngineCopy {
 }
 
 impl EngineCopy {
-    /// Compiles the copy of `decoder`'s parameters (adapters merged in)
-    /// into `dtype` (f32 or bf16).
-    pub fn compile(client: &Client, decoder: &Decoder, dtype: ElementType) -> Result<EngineCopy> {
+    /// Compiles the copy of `decoder`'s parameters (in `inputs`' dtypes,
+    /// the decoder's order; adapters merged in) into `dtype` (f32 or bf16).
+    pub fn compile(
+        client: &Client,
+        decoder: &Decoder,
+        inputs: &[ElementType],
+        dtype: ElementType,
+    ) -> Result<EngineCopy> {
         let graph = Graph::new("engine_weights");
-        let params = decoder.parameter_tensors(&graph, ElementType::F32)?;
+        let params = decoder
+            .parameters()
+            .iter()
+            .zip(inputs)
+            .map(|(spec, &input)| graph.parameter(input, &spec.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+            .collect::<grpo_xla::Result<Vec<Tensor>>>()?;
         let specs = decoder.base_parameters();
         let merged = specs
             .iter()
@@ -78,11 +88,15 @@ impl EngineCopy {
     }
 }
 
-/// Base parameter `name` (`weight`) with its layer's adapter merged in, when
-/// `decoder` adapts that layer: `W + s·B·A`.
+/// Base parameter `name` (`weight`) in f32, with its layer's adapter
+/// merged in when `decoder` adapts that layer: `W + s·B·A`.
 fn merged(decoder: &Decoder, params: &[Tensor], name: &str, weight: &Tensor) -> grpo_xla::Result<Tensor> {
+    let weight = match weight.dtype() {
+        ElementType::F32 => weight.clone(),
+        _ => weight.convert(ElementType::F32)?,
+    };
     let (Some(lora), Some(layer)) = (decoder.lora(), name.strip_suffix(".weight")) else {
-        return Ok(weight.clone());
+        return Ok(weight);
     };
     let find = |suffix: &str| {
         let wanted = format!("{layer}.{suffix}");
@@ -97,6 +111,6 @@ fn merged(decoder: &Decoder, params: &[Tensor], name: &str, weight: &Tensor) -> 
             let product = b.dot_general(a, &[], &[], &[1], &[0])?;
             weight.add(&product.mul_scalar(lora.scaling())?)
         }
-        _ => Ok(weight.clone()),
+        _ => Ok(weight),
     }
 }

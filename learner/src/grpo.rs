@@ -303,7 +303,8 @@ pub struct GrpoParts {
     /// The seed of the prompt order.
     pub data_seed: u64,
     /// The learner's weights (a new run's start, or a checkpoint's): f32
-    /// on the client's first device, in the decoder's order.
+    /// on the client's first device (a frozen base under adapters f32 or
+    /// bf16), in the decoder's order.
     pub params: Vec<Buffer>,
     /// The devices the learner keeps its state and batches on.
     pub mesh: Mesh,

@@ -12,10 +12,10 @@
 //! policy with the adapters merged in.
 //!
 //! Memory: parameters plus AdamW's two moments, three f32 copies of the
-//! model (split over the devices under FSDP) — with adapters, one f32 copy
-//! of the base plus three of the adapters — and one set of compiled
-//! programs per micro-batch shape; a host copy of the weights only while
-//! it is being sent or written.
+//! model (split over the devices under FSDP) — with adapters, one copy of
+//! the base (f32, or bf16 when it is given so) plus three of the adapters —
+//! and one set of compiled programs per micro-batch shape; a host copy of
+//! the weights only while it is being sent or written.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -60,11 +60,12 @@ pub struct Learner<O> {
 }
 
 impl<O: Objective> Learner<O> {
-    /// A learner of `decoder` on `mesh` from `params` (f32 on the client's
+    /// A learner of `decoder` on `mesh` from `params` (on the client's
     /// first device, the decoder's order: with adapters, the base model's
-    /// then the adapters') and `optimizer_state`: a checkpoint's tensors by
-    /// name, or zeros for `None` (or a checkpoint saved before the first
-    /// step, which holds none).
+    /// then the adapters'; f32, but for a frozen base, which is held in the
+    /// dtype it comes in: f32 or bf16) and `optimizer_state`: a checkpoint's
+    /// tensors by name, or zeros for `None` (or a checkpoint saved before
+    /// the first step, which holds none).
     pub fn new(
         client: &Client,
         decoder: &Decoder,
@@ -128,6 +129,11 @@ impl<O: Objective> Learner<O> {
         self.state.frozen.iter().chain(&self.state.params).collect()
     }
 
+    /// The dtypes of [`Learner::policy`]'s weights.
+    pub fn policy_dtypes(&self) -> Vec<ElementType> {
+        self.policy().iter().map(|p| p.tensor_type().dtype).collect()
+    }
+
     /// One optimizer step at learning rate `lr` over `micro_batches` of
     /// `shape` (each the objective's inputs on the mesh, as
     /// [`crate::batch::batch_input`] lays them out),
@@ -152,7 +158,7 @@ impl<O: Objective> Learner<O> {
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
         let spec = TrainStepSpec {
             params: types(trained_specs(&self.decoder), ElementType::F32),
-            frozen: types(frozen_specs(&self.decoder), ElementType::F32),
+            frozen: self.state.frozen.iter().map(|b| b.tensor_type().clone()).collect(),
             batch: self.objective.batch_types(shape),
             optimizer: &self.optimization.optimizer,
             max_grad_norm: self.optimization.max_grad_norm,
@@ -176,7 +182,8 @@ impl<O: Objective> Learner<O> {
             return Ok(None);
         }
         if self.engine_copy.as_ref().is_none_or(|copy| copy.dtype() != dtype) {
-            self.engine_copy = Some(EngineCopy::compile(&self.client, &self.decoder, dtype)?);
+            let inputs = self.policy_dtypes();
+            self.engine_copy = Some(EngineCopy::compile(&self.client, &self.decoder, &inputs, dtype)?);
         }
         let params: Vec<&Buffer> = self.policy().iter().map(|p| &p.shards()[0]).collect();
         let copy = self.engine_copy.as_ref().expect("compiled above");
@@ -202,7 +209,7 @@ impl<O: Objective> Learner<O> {
         if self.decoder.lora().is_none() {
             return self.host_params();
         }
-        let merge = EngineCopy::compile(&self.client, &self.decoder, ElementType::F32)?;
+        let merge = EngineCopy::compile(&self.client, &self.decoder, &self.policy_dtypes(), ElementType::F32)?;
         let merged = self.with_params_on_one_device(|params| merge.run(params))?;
         let names = self.decoder.base_parameters().iter().map(|p| p.name.clone());
         names
@@ -278,9 +285,13 @@ impl<O: Objective> Learner<O> {
         let gathered = params
             .iter()
             .map(|p| {
-                Ok(self
-                    .client
-                    .buffer_from_host(&p.to_host::<f32>()?, &p.tensor_type().dims, device)?)
+                let dims = &p.tensor_type().dims;
+                Ok(match p.tensor_type().dtype {
+                    ElementType::Bf16 => self
+                        .client
+                        .buffer_from_host(&p.to_host::<half::bf16>()?, dims, device)?,
+                    _ => self.client.buffer_from_host(&p.to_host::<f32>()?, dims, device)?,
+                })
             })
             .collect::<Result<Vec<Buffer>>>()?;
         f(&gathered.iter().collect::<Vec<_>>())
@@ -299,9 +310,10 @@ pub fn check_rows(mesh: &Mesh, rows: usize) -> Result<()> {
     Ok(())
 }
 
-/// Weights `params` (f32 on the client's first device, the decoder's
-/// order) laid out on `mesh` as the learner keeps them: the buffers
-/// themselves on one device, cut through the host over several.
+/// Weights `params` (f32 or bf16 on the client's first device, the
+/// decoder's order) laid out on `mesh` as the learner keeps them, each in
+/// its dtype: the buffers themselves on one device, cut through the host
+/// over several.
 pub fn lay_out(client: &Client, mesh: &Mesh, params: Vec<Buffer>) -> Result<Vec<ShardedBuffer>> {
     if mesh.parallelism().is_none() {
         return Ok(params.into_iter().map(ShardedBuffer::from).collect());
@@ -309,10 +321,12 @@ pub fn lay_out(client: &Client, mesh: &Mesh, params: Vec<Buffer>) -> Result<Vec<
     params
         .iter()
         .map(|p| {
-            let tensor = host_tensor(p)?;
-            let dims = tensor.dims_i64();
-            let sharding = mesh.state_sharding(&TensorType::new(ElementType::F32, dims.clone()));
-            Ok(mesh.from_host(client, &tensor.data, &dims, &sharding)?)
+            let dims = p.dims().to_vec();
+            let sharding = mesh.state_sharding(&TensorType::new(p.dtype(), dims.clone()));
+            Ok(match p.dtype() {
+                ElementType::Bf16 => mesh.from_host(client, &p.to_host::<half::bf16>()?, &dims, &sharding)?,
+                _ => mesh.from_host(client, &host_tensor(p)?.data, &dims, &sharding)?,
+            })
         })
         .collect()
 }

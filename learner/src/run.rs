@@ -23,7 +23,7 @@ use std::time::Instant;
 use grpo_model::chat::ChatTemplate;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
-use grpo_model::load::upload_parameters;
+use grpo_model::load::{upload_parameters, upload_tensors};
 use grpo_model::lora::{ADAPTER_CONFIG_FILE, AdapterFolder, LoraConfig, WithAdapters, new_adapters};
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
@@ -75,6 +75,8 @@ struct Start {
     lora: Option<LoraConfig>,
     /// The adapters the policy starts from (empty without adapters).
     adapters: BTreeMap<String, HostTensor>,
+    /// The dtype the learner holds the frozen base in (f32 without adapters).
+    base_dtype: ElementType,
     checkpoint: Option<Resumed>,
 }
 
@@ -123,6 +125,7 @@ impl Start {
         }
         let tokenizer = Arc::new(tokenizer);
         let seed = lora.map_or(0, |l| l.seed);
+        let base_dtype = lora.map_or(ElementType::F32, |l| l.base_dtype.element_type());
         let lora = lora.map(LoraSection::lora);
         let layers = match &lora {
             Some(lora) => lora.layers(&model.config).map_err(|e| Error::Config {
@@ -144,8 +147,25 @@ impl Start {
             tokenizer,
             lora,
             adapters,
+            base_dtype,
             checkpoint,
         })
+    }
+
+    /// The policy's weights for the learner of `decoder` (the start's
+    /// decoder) on the client's first device: f32, but for a frozen base
+    /// under adapters, which is uploaded in [`Start::base_dtype`].
+    fn upload_policy(&self, client: &Client, decoder: &Decoder) -> Result<Vec<Buffer>> {
+        let (device, weights) = (client.device(0)?, self.weights());
+        let mut params = upload_tensors(client, device, decoder.base_parameters(), &weights, self.base_dtype)?;
+        params.extend(upload_tensors(
+            client,
+            device,
+            decoder.adapter_parameters(),
+            &weights,
+            ElementType::F32,
+        )?);
+        Ok(params)
     }
 
     /// The policy's decoder: the model's, with the adapters when they train.
@@ -427,7 +447,7 @@ impl Run<GrpoTask> {
         })?;
         let parts = GrpoParts {
             client: client.clone(),
-            params: Start::upload(client, &decoder, &start.weights())?,
+            params: start.upload_policy(client, &decoder)?,
             decoder,
             tokenizer: start.tokenizer.clone(),
             fleet,
@@ -471,7 +491,7 @@ impl Run<SftTask> {
             data: encode_examples(&start.tokenizer, &train, column, sft.max_length)?,
             eval: encode_examples(&start.tokenizer, &eval, column, sft.max_length)?,
             data_seed: config.data.seed,
-            params: Start::upload(client, &decoder, &start.weights())?,
+            params: start.upload_policy(client, &decoder)?,
             decoder,
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
         };

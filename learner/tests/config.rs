@@ -76,6 +76,7 @@ fn invalid_values_name_their_key() {
         ("[lora]\ntarget_modules = 3\n", "lora.target_modules"),
         ("[lora]\nuse_dora = true\n", "use_dora"),
         ("[lora]\nr = 4\nrank = 8\n", "rank"),
+        ("[lora]\nbase_dtype = \"f16\"\n", "lora.base_dtype"),
     ] {
         let err = RunConfig::from_toml_str(&format!("{base}{extra}"))
             .unwrap_err()

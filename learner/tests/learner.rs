@@ -19,7 +19,7 @@ use grpo_learner::loss::{GrpoLoss, LossType};
 use grpo_learner::objective::grpo::GrpoObjective;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
-use grpo_model::load::upload_parameters;
+use grpo_model::load::{upload_parameters, upload_tensors};
 use grpo_model::logprobs::{LogprobsRunner, TokenStats};
 use grpo_model::lora::{AdapterFolder, Merged, WithAdapters};
 use grpo_model::weights::{Safetensors, WeightSource};
@@ -38,6 +38,16 @@ fn fixture() -> (Decoder, Safetensors) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/parity/llama");
     let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
     (Decoder::new(config), Safetensors::open_dir(&dir).unwrap())
+}
+
+/// The fixture model with the adapters PEFT made for it (B nonzero): the
+/// decoder with them, the base weights and the adapter folder.
+fn adapted_fixture() -> (Decoder, Safetensors, AdapterFolder) {
+    let (base, weights) = fixture();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/lora/llama/adapter");
+    let folder = AdapterFolder::read(&dir, base.config()).unwrap();
+    let decoder = Decoder::with_adapters(base.config().clone(), folder.lora.clone()).unwrap();
+    (decoder, weights, folder)
 }
 
 /// Four sequences (two groups of two): prompts of 4 and 3 tokens (so rows
@@ -101,6 +111,17 @@ fn learner(
 ) -> Learner<GrpoObjective> {
     let device = client.device(0).unwrap();
     let params = upload_parameters(client, device, decoder, weights, ElementType::F32).unwrap();
+    learner_of(client, decoder, params, loss, (compute, max_grad_norm))
+}
+
+/// The same from `params` already uploaded.
+fn learner_of(
+    client: &Client,
+    decoder: &Decoder,
+    params: Vec<Buffer>,
+    loss: GrpoLoss,
+    (compute, max_grad_norm): (ElementType, Option<f64>),
+) -> Learner<GrpoObjective> {
     let optimization = Optimization {
         optimizer: AdamW {
             weight_decay: 0.0,
@@ -110,6 +131,7 @@ fn learner(
         compute,
     };
     let objective = GrpoObjective::new(loss, 1);
+    let device = client.device(0).unwrap();
     Learner::new(
         client,
         decoder,
@@ -491,22 +513,7 @@ fn engine_weights_refuse_a_non_finite_parameter_naming_it() {
     let middle = values.len() / 2;
     values[middle] = f32::INFINITY;
     params[3] = client.buffer_from_host(&values, params[3].dims(), device).unwrap();
-    let optimization = Optimization {
-        optimizer: AdamW::default(),
-        max_grad_norm: None,
-        compute: ElementType::F32,
-    };
-    let objective = GrpoObjective::new(dapo(1.0), 1);
-    let mut learner = Learner::new(
-        &client,
-        &decoder,
-        Mesh::single(device),
-        objective,
-        optimization,
-        params,
-        None,
-    )
-    .unwrap();
+    let mut learner = learner_of(&client, &decoder, params, dapo(1.0), (ElementType::F32, None));
     let error = learner.engine_weights(0, ElementType::Bf16).unwrap_err().to_string();
     assert!(error.contains(&spec.name) && error.contains("non-finite"), "{error}");
 }
@@ -561,10 +568,7 @@ fn tokens_outside_the_loss_mask_carry_nothing() {
 #[test]
 fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
     let client = client();
-    let (base_decoder, weights) = fixture();
-    let adapters_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures/lora/llama/adapter");
-    let folder = AdapterFolder::read(&adapters_dir, base_decoder.config()).unwrap();
-    let decoder = Decoder::with_adapters(base_decoder.config().clone(), folder.lora.clone()).unwrap();
+    let (decoder, weights, folder) = adapted_fixture();
     let source = WithAdapters {
         base: &weights,
         adapters: &folder.tensors,
@@ -633,4 +637,100 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
         .position(|p| p.name.ends_with("norm.weight"))
         .unwrap();
     assert_eq!(on_host[norm].1.data, base[norm]);
+}
+
+#[test]
+fn a_bf16_base_takes_half_the_memory_and_trains_the_adapters_as_the_f32_base() {
+    let client = client();
+    let (decoder, weights, folder) = adapted_fixture();
+    let source = WithAdapters {
+        base: &weights,
+        adapters: &folder.tensors,
+    };
+    let (_, logprobs, adv) = scored(&client, &decoder, &source, 1.0);
+    let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
+    let device = client.device(0).unwrap();
+    let step = |base_dtype: ElementType| {
+        let mut params = upload_tensors(&client, device, decoder.base_parameters(), &source, base_dtype).unwrap();
+        params
+            .extend(upload_tensors(&client, device, decoder.adapter_parameters(), &source, ElementType::F32).unwrap());
+        let mut learner = learner_of(&client, &decoder, params, dapo(1.0), F32_CLIPPED);
+        let bytes = learner.state_bytes_per_device()[0];
+        let metrics = train_micro_batches(&client, &mut learner, &packed);
+        let merged = learner
+            .engine_weights(0, ElementType::F32)
+            .unwrap()
+            .expect("one device");
+        let merged: Vec<Vec<f32>> = merged.iter().map(|b| b.to_host::<f32>().unwrap()).collect();
+        (metrics, learner.host_params().unwrap(), bytes, merged)
+    };
+    let (want, want_adapters, f32_bytes, want_merged) = step(ElementType::F32);
+    let (got, got_adapters, bf16_bytes, got_merged) = step(ElementType::Bf16);
+
+    let base_bytes: usize = decoder
+        .base_parameters()
+        .iter()
+        .map(|p| 4 * p.dims.iter().product::<usize>())
+        .sum();
+    assert_eq!(f32_bytes - bf16_bytes, base_bytes / 2, "the base takes half its bytes");
+    // The rounded base moves the policy's log-probs by about 1e-2 a token
+    // (the behaviour's are the f32 base's), and the importance weights with them.
+    let per_token = got.metrics[4] / packed.tokens as f32;
+    assert!(
+        per_token > 1e-4 && per_token < 5e-2,
+        "bf16 rounding moved log-probs by {per_token} a token"
+    );
+    assert!(
+        (got.loss - want.loss).abs() <= 0.2 * want.loss.abs(),
+        "{got:?} vs {want:?}"
+    );
+    // The update of the adapters points where the f32 base's does.
+    let deltas = |after: &[(String, grpo_model::weights::HostTensor)]| -> Vec<f64> {
+        after
+            .iter()
+            .flat_map(|(name, t)| {
+                t.data
+                    .iter()
+                    .zip(&folder.tensors[name].data)
+                    .map(|(a, b)| f64::from(a - b))
+            })
+            .collect()
+    };
+    let (a, b) = (deltas(&got_adapters), deltas(&want_adapters));
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let cosine = dot / (norm(&a) * norm(&b));
+    println!("adapter updates over a bf16 base vs an f32 base: cosine {cosine}");
+    assert!(
+        cosine > 0.95,
+        "adapter updates over a bf16 base vs an f32 base: cosine {cosine}"
+    );
+    // Engines get the policy merged from the bf16 base: the host's f64 merge
+    // of the rounded base and the trained adapters.
+    let rounded: std::collections::BTreeMap<String, grpo_model::weights::HostTensor> = decoder
+        .base_parameters()
+        .iter()
+        .map(|p| {
+            let mut t = weights.tensor(&p.name).unwrap();
+            t.data.iter_mut().for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+            (p.name.clone(), t)
+        })
+        .collect();
+    let rounded_base = WithAdapters {
+        base: &weights,
+        adapters: &rounded,
+    };
+    let trained: std::collections::BTreeMap<_, _> = got_adapters.into_iter().collect();
+    let merged = Merged {
+        base: &rounded_base,
+        lora: &folder.lora,
+        adapters: &trained,
+    };
+    assert_eq!(got_merged.len(), want_merged.len());
+    for (spec, got) in decoder.base_parameters().iter().zip(&got_merged) {
+        let want = merged.tensor(&spec.name).unwrap().data;
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = got.iter().zip(&want).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(worst <= 1e-6 * scale.max(1.0), "{}: {worst} apart", spec.name);
+    }
 }

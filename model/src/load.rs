@@ -7,6 +7,7 @@ use half::bf16;
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
+use crate::names::ParamSpec;
 use crate::weights::WeightSource;
 
 /// Uploads every parameter of `decoder` from `source` as `dtype` (f32 or
@@ -19,8 +20,19 @@ pub fn upload_parameters(
     source: &dyn WeightSource,
     dtype: ElementType,
 ) -> Result<Vec<Buffer>> {
-    decoder
-        .parameters()
+    upload_tensors(client, device, decoder.parameters(), source, dtype)
+}
+
+/// Uploads the tensors `specs` names from `source` as `dtype` (f32 or
+/// bf16), in their order, checking each shape.
+pub fn upload_tensors(
+    client: &Client,
+    device: &Device,
+    specs: &[ParamSpec],
+    source: &dyn WeightSource,
+    dtype: ElementType,
+) -> Result<Vec<Buffer>> {
+    specs
         .iter()
         .map(|spec| {
             let tensor = source.tensor(&spec.name)?;

@@ -37,7 +37,8 @@ pub fn length_bucket(n: usize) -> usize {
 }
 
 impl LogprobsRunner {
-    /// A runner for `decoder` with parameters of `dtype`.
+    /// A runner for `decoder` computing with parameters of `dtype` (a
+    /// parameter buffer of another dtype is converted in the program).
     pub fn new(client: &Client, decoder: Decoder, dtype: ElementType) -> LogprobsRunner {
         LogprobsRunner {
             client: client.clone(),
@@ -54,13 +55,29 @@ impl LogprobsRunner {
         LogprobsRunner { temperature, ..self }
     }
 
-    fn program(&self, batch: i64, length: i64) -> Result<Executable> {
+    /// The program for `batch` sequences of `length` tokens whose parameter
+    /// buffers are of the dtypes `inputs` (the same for every call).
+    fn program(&self, batch: i64, length: i64, inputs: &[ElementType]) -> Result<Executable> {
         let mut programs = self.programs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(program) = programs.get(&(batch, length)) {
             return Ok(program.clone());
         }
         let graph = Graph::new(&format!("logprobs_{batch}x{length}"));
-        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+        let params = self
+            .decoder
+            .parameters()
+            .iter()
+            .zip(inputs)
+            .map(|(spec, &input)| {
+                let dims: Vec<i64> = spec.dims.iter().map(|&d| d as i64).collect();
+                let param = graph.parameter(input, &dims)?;
+                if input == self.dtype {
+                    Ok(param)
+                } else {
+                    param.convert(self.dtype)
+                }
+            })
+            .collect::<grpo_xla::Result<Vec<_>>>()?;
         let ids = graph.parameter(ElementType::S32, &[batch, length])?;
         let mask = graph.parameter(ElementType::Pred, &[batch, length])?;
         let (logprobs, entropy) = self
@@ -97,7 +114,8 @@ impl LogprobsRunner {
                 mask[row * length + t] = Pred::from(true);
             }
         }
-        let program = self.program(batch as i64, length as i64)?;
+        let inputs: Vec<ElementType> = params.iter().map(|p| p.borrow().dtype()).collect();
+        let program = self.program(batch as i64, length as i64, &inputs)?;
         let device = program
             .devices()
             .first()

@@ -5,6 +5,7 @@
 use grpo_model::lora::{LoraConfig, Targets};
 use serde::Deserialize;
 
+use super::Dtype;
 use super::values::require;
 use crate::error::{Error, Result};
 
@@ -34,6 +35,10 @@ pub struct LoraSection {
     pub use_rslora: bool,
     /// The seed of the adapters' initialization (A Kaiming-uniform, B zero). Default 0.
     pub seed: u64,
+    /// The dtype the learner holds the frozen base model in: "f32"
+    /// (default) or "bf16" (half its memory; the train step reads it in
+    /// the compute dtype, the adapters and their AdamW state stay f32).
+    pub base_dtype: Dtype,
     /// Push the policy with the adapters merged in, as whole weights, to
     /// engines and workers, which otherwise take the adapters alone and
     /// apply them beside the base weights they hold. Default false.
@@ -59,6 +64,7 @@ impl Default for LoraSection {
             target_modules: TargetModules::One("all-linear".to_string()),
             use_rslora: false,
             seed: 0,
+            base_dtype: Dtype::F32,
             merge_on_push: false,
         }
     }

@@ -63,15 +63,15 @@ pub fn run(args: &MatmulArgs) -> anyhow::Result<()> {
             let (median, best) = (timings.median().as_secs_f64() * 1e3, timings.best().as_secs_f64() * 1e3);
             if args.timing.json {
                 println!(
-                    "{{\"dtype\": \"{dtype}\", \"n\": {n}, \"median_ms\": {median:.4}, \"best_ms\": {best:.4}, \"gflops\": {:.1}}}",
+                    "{{\"dtype\": \"{dtype}\", \"n\": {n}, \"median_ms\": {median:.4}, \"best_ms\": {best:.4}, \"gflops\": {:.4}}}",
                     rate(timings.median())
                 );
             } else {
                 println!(
-                    "{:<6} {n:>6} {median:>12.3} {best:>12.3} {:>14.1} {:>12.1}",
+                    "{:<6} {n:>6} {median:>12.3} {best:>12.3} {:>14} {:>12}",
                     dtype.to_string(),
-                    rate(timings.median()),
-                    rate(timings.best())
+                    shown(rate(timings.median())),
+                    shown(rate(timings.best()))
                 );
             }
         }
@@ -127,4 +127,14 @@ fn random_matrix(client: &Client, dtype: ElementType, n: usize) -> anyhow::Resul
         }
         other => bail!("matmul benchmark has no {other} inputs"),
     })
+}
+
+/// A rate for the table: one decimal, or four below 10
+/// GFLOP/s (a tiny product's rate would otherwise print as 0.0).
+fn shown(gflops: f64) -> String {
+    if gflops < 10.0 {
+        format!("{gflops:.4}")
+    } else {
+        format!("{gflops:.1}")
+    }
 }

@@ -110,14 +110,7 @@ impl Drop for Worker {
 #[test]
 fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
     let trainer = "max_steps = 3\neval_every = 0\n\n[checkpoint]\nevery = 3";
-    let local = tempfile::tempdir().unwrap();
-    run_ok(&["run", tiny_run(local.path(), trainer).to_str().unwrap()]);
-
-    let remote = tempfile::tempdir().unwrap();
-    let config = tiny_run(remote.path(), trainer);
-    let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
-    let out = run_with_worker(&config, &worker, "s3cret", &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (local, remote, config, worker) = in_process_and_on_a_worker(trainer);
 
     let rows = read_rollouts(&remote.path().join("out/rollouts.parquet")).unwrap();
     assert!(
@@ -159,13 +152,7 @@ fn a_run_on_a_remote_worker_pushes_every_version_and_trains_as_in_process() {
 #[test]
 fn a_lora_run_on_a_remote_worker_pushes_the_adapters_alone_and_trains_as_in_process() {
     let trainer = "max_steps = 3\neval_every = 0\n\n[checkpoint]\nevery = 3\n\n[lora]\nrank = 4\nalpha = 8";
-    let local = tempfile::tempdir().unwrap();
-    run_ok(&["run", tiny_run(local.path(), trainer).to_str().unwrap()]);
-    let remote = tempfile::tempdir().unwrap();
-    let config = tiny_run(remote.path(), trainer);
-    let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
-    let out = run_with_worker(&config, &worker, "s3cret", &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (local, remote, _, _worker) = in_process_and_on_a_worker(trainer);
 
     assert_eq!(
         sampled(remote.path()),
@@ -192,6 +179,20 @@ fn a_lora_run_on_a_remote_worker_pushes_the_adapters_alone_and_trains_as_in_proc
         largest < 1e-6,
         "the adapters trained with a worker differ by up to {largest}"
     );
+}
+
+/// The tiny run of `trainer` twice: with its in-process engine, and in a
+/// second folder with its rollouts on a worker (token "s3cret"), both
+/// succeeding. Returns the two folders, the second's config and the worker.
+fn in_process_and_on_a_worker(trainer: &str) -> (tempfile::TempDir, tempfile::TempDir, std::path::PathBuf, Worker) {
+    let local = tempfile::tempdir().unwrap();
+    run_ok(&["run", tiny_run(local.path(), trainer).to_str().unwrap()]);
+    let remote = tempfile::tempdir().unwrap();
+    let config = tiny_run(remote.path(), trainer);
+    let worker = Worker::start(&remote.path().join("tiny"), "s3cret");
+    let out = run_with_worker(&config, &worker, "s3cret", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (local, remote, config, worker)
 }
 
 /// `grpo run CONFIG` with its rollouts on `worker`, called with `token`,

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, stdout};
+use common::{grpo_installed, logprobs, stdout};
 use grpo_model::weights::{Safetensors, WeightSource};
 
 fn fixtures() -> PathBuf {
@@ -43,28 +43,11 @@ fn logprobs_input(dir: &Path) -> PathBuf {
 }
 
 /// `grpo logprobs` of the parity inputs under `model` (with `--adapter` if given), flattened.
-fn logprobs(model: &Path, adapter: Option<&Path>, input: &Path) -> Vec<f32> {
-    let mut args = vec![
-        "logprobs",
-        "--model",
-        model.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ];
-    if let Some(adapter) = adapter {
-        args.extend(["--adapter", adapter.to_str().unwrap()]);
-    }
-    stdout(&grpo_installed(&args))
-        .lines()
-        .flat_map(|line| {
-            let value: serde_json::Value = serde_json::from_str(line).unwrap();
-            value["logprobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-                .collect::<Vec<_>>()
-        })
+fn flat_logprobs(model: &Path, adapter: Option<&Path>, input: &Path) -> Vec<f32> {
+    logprobs(model, adapter, input)
+        .into_iter()
+        .flatten()
+        .map(|v| v as f32)
         .collect()
 }
 
@@ -97,7 +80,11 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     let base = fixtures().join("parity/llama");
     let adapter = fixtures().join("lora/llama/adapter");
     let want = peft_logprobs();
-    assert_close(&logprobs(&base, Some(&adapter), &input), &want, "logprobs --adapter");
+    assert_close(
+        &flat_logprobs(&base, Some(&adapter), &input),
+        &want,
+        "logprobs --adapter",
+    );
 
     // A base with a tokenizer (merge writes one into the folder).
     let model = dir.path().join("model");
@@ -111,7 +98,7 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
         std::fs::copy(from.join(name), model.join(name)).unwrap();
     }
     let merged = dir.path().join("merged");
-    let said = stdout(&grpo_installed(&[
+    let merge = [
         "merge",
         "--base",
         model.to_str().unwrap(),
@@ -119,20 +106,13 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
         adapter.to_str().unwrap(),
         "--out",
         merged.to_str().unwrap(),
-    ]));
+    ];
+    let said = stdout(&grpo_installed(&merge));
     assert!(said.contains("rank 4, alpha 8"), "{said}");
     assert!(merged.join("tokenizer.json").is_file() && !merged.join("adapter_config.json").exists());
-    assert_close(&logprobs(&merged, None, &input), &want, "the merged folder");
+    assert_close(&flat_logprobs(&merged, None, &input), &want, "the merged folder");
 
-    let again = grpo_installed(&[
-        "merge",
-        "--base",
-        model.to_str().unwrap(),
-        "--adapter",
-        adapter.to_str().unwrap(),
-        "--out",
-        merged.to_str().unwrap(),
-    ]);
+    let again = grpo_installed(&merge);
     let error = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success() && error.contains("already exists"), "{error}");
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, lines, run_ok, stdout, tiny_model};
+use common::{grpo_installed, lines, logprobs, run_ok, stdout, tiny_model};
 
 /// A tiny random model, a JSONL of sums and an SFT config in `dir`.
 fn tiny_sft(dir: &Path, extra: &str) -> PathBuf {
@@ -132,25 +132,7 @@ fn sft_with_lora_on_a_bf16_base_trains_adapters_that_logprobs_applies() {
     let input = dir.path().join("score.jsonl");
     std::fs::write(&input, "{\"prompt\": \"3 + 1 =\", \"completion\": \" 4.\"}\n").unwrap();
     let model = dir.path().join("tiny");
-    let score = |adapter: Option<&Path>| -> f64 {
-        let mut args = vec![
-            "logprobs",
-            "--model",
-            model.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-        ];
-        if let Some(adapter) = adapter {
-            args.extend(["--adapter", adapter.to_str().unwrap()]);
-        }
-        let line: serde_json::Value = serde_json::from_str(stdout(&grpo_installed(&args)).trim()).unwrap();
-        line["logprobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .sum()
-    };
+    let score = |adapter: Option<&Path>| -> f64 { logprobs(&model, adapter, &input)[0].iter().sum() };
     let (base, tuned) = (score(None), score(Some(&adapters)));
     assert!(
         tuned > base,

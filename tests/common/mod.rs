@@ -80,6 +80,33 @@ pub fn lines(path: &Path) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// `grpo logprobs` of the lines of `input` under `model` (with `--adapter`
+/// when given), which must succeed: each line's log-probs.
+pub fn logprobs(model: &Path, adapter: Option<&Path>, input: &Path) -> Vec<Vec<f64>> {
+    let mut args = vec![
+        "logprobs",
+        "--model",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+    ];
+    if let Some(adapter) = adapter {
+        args.extend(["--adapter", adapter.to_str().unwrap()]);
+    }
+    stdout(&grpo_installed(&args))
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            value["logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
 /// `grpo ARGS` (real cache folder), which must succeed.
 pub fn run_ok(args: &[&str]) {
     let out = grpo_installed(args);

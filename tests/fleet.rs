@@ -53,7 +53,6 @@ impl Worker {
 
     /// With `args` after the model and the engine's size.
     fn start_with(model: &Path, token: &str, args: &[&str]) -> Worker {
-        use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
             .args(["worker", "--model", model.to_str().unwrap()])
             .args(["--max-num-seqs", "4", "--max-model-len", "32"])
@@ -72,15 +71,7 @@ impl Worker {
             })
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("the worker's address")
-            .to_string();
+        let addr = common::listening_address(&mut child);
         Worker { child, addr }
     }
 

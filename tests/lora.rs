@@ -1,13 +1,15 @@
 //! `--adapter` and `grpo merge` on the PEFT-made adapters of the tiny llama
 //! parity model: `grpo logprobs --adapter` gives PEFT's log-probs, and so
 //! does the folder `grpo merge` writes, alone; bad adapters and outputs are
-//! refused naming them.
+//! refused naming them. `grpo serve --enable-lora --lora-modules` serves
+//! the adapter by name beside the base model; LoRA flags it cannot honour
+//! stop it at start, naming them.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, logprobs, stdout};
+use common::{grpo_installed, listening_address, logprobs, stdout};
 use grpo_model::weights::{Safetensors, WeightSource};
 
 fn fixtures() -> PathBuf {
@@ -73,6 +75,22 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert!(worst <= 1e-4, "{what}: {worst}");
 }
 
+/// The parity llama with the tiny fixture tokenizer, in `dir/model`
+/// (merge writes the tokenizer into its folder; serving needs one).
+fn model_with_tokenizer(dir: &Path) -> PathBuf {
+    let (base, model) = (fixtures().join("parity/llama"), dir.join("model"));
+    std::fs::create_dir(&model).unwrap();
+    for (from, name) in [
+        (&base, "config.json"),
+        (&base, "model.safetensors"),
+        (&fixtures().join("tokenizer/tiny"), "tokenizer.json"),
+        (&fixtures().join("tokenizer/tiny"), "tokenizer_config.json"),
+    ] {
+        std::fs::copy(from.join(name), model.join(name)).unwrap();
+    }
+    model
+}
+
 #[test]
 fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -86,17 +104,7 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
         "logprobs --adapter",
     );
 
-    // A base with a tokenizer (merge writes one into the folder).
-    let model = dir.path().join("model");
-    std::fs::create_dir(&model).unwrap();
-    for (from, name) in [
-        (&base, "config.json"),
-        (&base, "model.safetensors"),
-        (&fixtures().join("tokenizer/tiny"), "tokenizer.json"),
-        (&fixtures().join("tokenizer/tiny"), "tokenizer_config.json"),
-    ] {
-        std::fs::copy(from.join(name), model.join(name)).unwrap();
-    }
+    let model = model_with_tokenizer(dir.path());
     let merged = dir.path().join("merged");
     let merge = [
         "merge",
@@ -130,4 +138,103 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     let error = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{error}");
     assert!(error.contains("--adapter") && error.contains("gate_up_proj"), "{error}");
+}
+
+/// One HTTP/1.0 request to `addr` (JSON body when given); the status and body.
+fn http(addr: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let (_, text) = answer.split_once("\r\n\r\n").unwrap();
+    (status, text.to_string())
+}
+
+#[test]
+fn serve_with_lora_modules_serves_the_adapter_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_with_tokenizer(dir.path());
+    let adapter = fixtures().join("lora/llama/adapter");
+    let module = format!("tuned={}", adapter.display());
+    let serve = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "serve",
+            "--model",
+            model.to_str().unwrap(),
+            "--port",
+            "0",
+            "--max-model-len",
+            "64",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+
+    // Flags that cannot be honoured stop it at start, naming them.
+    for (extra, named) in [
+        (vec!["--lora-modules", module.as_str()], "--enable-lora"),
+        (
+            vec![
+                "--enable-lora",
+                "--max-lora-rank",
+                "2",
+                "--lora-modules",
+                module.as_str(),
+            ],
+            "max_lora_rank 2",
+        ),
+        (
+            vec![
+                "--enable-lora",
+                "--max-loras",
+                "1",
+                "--lora-modules",
+                module.as_str(),
+                "other=/x",
+            ],
+            "--max-loras is 1",
+        ),
+    ] {
+        let args = serve(&extra);
+        let refused = grpo_installed(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let error = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && error.contains(named), "{extra:?}: {error}");
+    }
+
+    let args = serve(&["--enable-lora", "--lora-modules", module.as_str()]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = listening_address(&mut child);
+    let (status, models) = http(&addr, "GET", "/v1/models", None);
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(models["data"][1]["id"], "tuned", "{models}");
+    assert_eq!(models["data"][1]["parent"], models["data"][0]["id"], "{models}");
+    let ask = |name: &serde_json::Value| {
+        let body = serde_json::json!({"model": name, "prompt": [5, 17, 99], "max_tokens": 6, "temperature": 0,
+                                      "ignore_eos": true, "return_token_ids": true});
+        let (status, answer) = http(&addr, "POST", "/v1/completions", Some(&body));
+        assert_eq!(status, 200, "{answer}");
+        serde_json::from_str::<serde_json::Value>(&answer).unwrap()
+    };
+    let (tuned, base) = (ask(&models["data"][1]["id"]), ask(&models["data"][0]["id"]));
+    assert_eq!(tuned["model"], "tuned");
+    assert_ne!(tuned["choices"][0]["token_ids"], base["choices"][0]["token_ids"]);
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

@@ -132,6 +132,7 @@ impl Setup {
             continue_sequences,
             // Off, so that the prompt tokens computed are continuation's count alone.
             share_prefixes: false,
+            ..EngineConfig::default()
         };
         Engine::new(&self.client, self.decoder.clone(), params, config).unwrap()
     }

@@ -10,7 +10,9 @@
 //!
 //! A decoder may carry LoRA adapters ([`Decoder::with_adapters`]): their
 //! tensors follow the base parameters, and every adapted linear layer adds
-//! its low-rank product.
+//! its low-rank product. A decoder with adapter slots
+//! ([`Decoder::with_adapter_slots`]) holds several adapters side by side
+//! and lets each row of a batch pick its own.
 
 use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs};
 use grpo_xla::{ElementType, Result, TensorType};
@@ -36,6 +38,8 @@ struct Adapters {
     lora: LoraConfig,
     /// The adapted layers' names (`model.layers.0.self_attn.q_proj`).
     layers: Vec<String>,
+    /// Whether each row picks its adapters ([`Decoder::with_adapter_slots`]).
+    per_row: bool,
 }
 
 /// Most tokens whose logits exist at once in [`Decoder::token_logprobs`].
@@ -45,6 +49,8 @@ pub const HEAD_CHUNK: i64 = 256;
 pub struct Weights<'a> {
     specs: &'a [ParamSpec],
     tensors: &'a [Tensor],
+    /// Each row's adapter columns, for a decoder with adapter slots.
+    columns: Option<&'a Tensor>,
 }
 
 impl<'a> Weights<'a> {
@@ -209,8 +215,46 @@ impl Decoder {
         decoder.adapters = Some(Adapters {
             lora,
             layers: layers.into_iter().map(|l| l.name).collect(),
+            per_row: false,
         });
         Ok(decoder)
+    }
+
+    /// The decoder of `config` with `slots` adapters of rank up to `rank`
+    /// on every linear layer, held side by side: slot `k`'s `A` is rows
+    /// `k·rank..(k+1)·rank` of each layer's `lora_A.weight` `[slots·rank,
+    /// in]`, its `B` those columns of `lora_B.weight` `[out, slots·rank]`
+    /// (a smaller rank, or a layer an adapter leaves alone, is zeros).
+    /// Its forward functions take, after the parameters, each row's
+    /// adapter columns `[rows, slots·rank]` ([`Decoder::adapter_columns`]):
+    /// a row's adapter's scaling in its slot's columns and zeros elsewhere,
+    /// so each row adds `((x·Aᵀ) ⊙ c)·Bᵀ` — its own adapter, or none.
+    pub fn with_adapter_slots(config: ModelConfig, slots: usize, rank: usize) -> crate::Result<Decoder> {
+        let width = slots * rank;
+        let bank = LoraConfig {
+            rank: width,
+            alpha: width as f64,
+            targets: crate::lora::Targets::AllLinear,
+            use_rslora: false,
+        };
+        let mut decoder = Decoder::with_adapters(config, bank)?;
+        if let Some(adapters) = decoder.adapters.as_mut() {
+            adapters.per_row = true;
+        }
+        Ok(decoder)
+    }
+
+    /// Whether each row picks its adapter ([`Decoder::with_adapter_slots`]).
+    pub fn has_adapter_slots(&self) -> bool {
+        self.adapters.as_ref().is_some_and(|a| a.per_row)
+    }
+
+    /// Adds the rows' adapter columns `[rows, slots·rank]` (f32) to
+    /// `graph`: the input a decoder with adapter slots takes after its
+    /// parameters.
+    pub fn adapter_columns(&self, graph: &grpo_xla::trace::Graph, rows: i64) -> Result<Tensor> {
+        let width = self.adapters.as_ref().map_or(0, |a| a.lora.rank) as i64;
+        graph.parameter(ElementType::F32, &[rows, width])
     }
 
     /// The same decoder without adapters (the frozen base of an adapted one).
@@ -245,8 +289,24 @@ impl Decoder {
         match &self.adapters {
             Some(adapters) if adapters.layers.iter().any(|l| l == layer) => {
                 let low = linear(x, w.get(&format!("{layer}.lora_A.weight"))?, None)?;
-                let update = linear(&low, w.get(&format!("{layer}.lora_B.weight"))?, None)?;
-                y.add(&update.mul_scalar(adapters.lora.scaling())?)
+                let b_weight = w.get(&format!("{layer}.lora_B.weight"))?;
+                match (adapters.per_row, w.columns) {
+                    (true, None) => Err(grpo_xla::Error::Trace {
+                        op: "decoder",
+                        message: "a decoder with adapter slots needs the rows' adapter columns".to_string(),
+                    }),
+                    (_, Some(columns)) => {
+                        let (rows, width) = (low.dims()[0], columns.dims()[1]);
+                        let mut shape = vec![1; low.dims().len()];
+                        (shape[0], shape[low.dims().len() - 1]) = (rows, width);
+                        let picked = low.mul(&columns.convert(low.dtype())?.reshape(&shape)?)?;
+                        y.add(&linear(&picked, b_weight, None)?)
+                    }
+                    (false, None) => {
+                        let update = linear(&low, b_weight, None)?;
+                        y.add(&update.mul_scalar(adapters.lora.scaling())?)
+                    }
+                }
             }
             _ => Ok(y),
         }
@@ -270,11 +330,18 @@ impl Decoder {
             .collect()
     }
 
-    /// Wraps traced parameter tensors (in [`Decoder::parameters`] order).
+    /// Wraps traced parameter tensors (in [`Decoder::parameters`] order,
+    /// then the rows' adapter columns for a decoder with adapter slots).
     pub fn weights<'a>(&'a self, tensors: &'a [Tensor]) -> Weights<'a> {
+        let count = self.params.len();
         Weights {
             specs: &self.params,
-            tensors,
+            tensors: &tensors[..count.min(tensors.len())],
+            columns: if self.has_adapter_slots() {
+                tensors.get(count)
+            } else {
+                None
+            },
         }
     }
 

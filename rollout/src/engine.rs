@@ -35,6 +35,13 @@
 //!
 //! Weights can be replaced between steps ([`Engine::update_weights`]);
 //! every token records the policy version that produced it.
+//!
+//! An engine made with adapter slots (`max_loras`) serves LoRA adapters
+//! by request ([`Engine::load_adapter`], [`SamplingParams::adapter`]): rows
+//! of different adapters share every program, and a sample shares or
+//! continues only keys and values computed with its own adapter.
+//!
+//! [`SamplingParams::adapter`]: crate::request::SamplingParams::adapter
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -44,8 +51,9 @@ use grpo_model::decoder::Decoder;
 use grpo_model::lora::LoraConfig;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::weights::HostTensor;
-use grpo_xla::{Arg, Buffer, Client, Device, ElementType};
+use grpo_xla::{Arg, Buffer, Client, Device, ElementType, TensorType};
 
+use crate::adapters::{AdapterId, AdapterSlots};
 use crate::error::{Error, Result};
 use crate::guided::{Grammars, GuidedSample};
 use crate::host_weights::ParameterValues;
@@ -73,6 +81,11 @@ pub struct EngineConfig {
     /// holds (at least [`MIN_SHARED_PREFIX`] tokens), copied into its
     /// slot. Default true. With both off every prompt is prefilled whole.
     pub share_prefixes: bool,
+    /// LoRA adapters the engine can hold at once, each request picking
+    /// one or none ([`Engine::load_adapter`]). Default 0: none.
+    pub max_loras: usize,
+    /// The highest rank of an adapter it takes (with `max_loras` ≥ 1). Default 16.
+    pub max_lora_rank: usize,
 }
 
 /// The fewest prompt tokens a request copies from another slot: a shorter
@@ -87,6 +100,8 @@ impl Default for EngineConfig {
             dtype: ElementType::F32,
             continue_sequences: true,
             share_prefixes: true,
+            max_loras: 0,
+            max_lora_rank: 16,
         }
     }
 }
@@ -133,6 +148,8 @@ pub struct EngineStats {
     pub guided_tokens: u64,
     /// Time spent computing guides' masks on the host, in microseconds.
     pub guide_mask_micros: u64,
+    /// LoRA adapters loaded into its slots.
+    pub adapters: usize,
 }
 
 impl EngineStats {
@@ -157,13 +174,16 @@ pub(crate) struct Sequence {
     /// Whether every key and value in its slot comes from the current
     /// weights (false once they change under it): only then is it kept.
     pub(crate) current: bool,
+    /// The adapter it runs with (none: the base model or the policy's adapters).
+    pub(crate) adapter: Option<AdapterId>,
 }
 
 /// What a free slot still holds of the sample that last ran there: its
 /// prompt then every token it generated, the keys and values of all but
-/// the last.
+/// the last, computed with `adapter`.
 struct Kept {
     tokens: Vec<u32>,
+    adapter: Option<AdapterId>,
 }
 
 impl Sequence {
@@ -235,6 +255,8 @@ pub struct Engine {
     tokenizer: Option<Arc<Tokenizer>>,
     /// The guide compiler, made on the first guided request.
     grammars: Option<Grammars>,
+    /// What its adapter slots hold, when it has some.
+    adapters: Option<AdapterSlots>,
     counters: Counters,
 }
 
@@ -278,6 +300,18 @@ impl Engine {
                 ),
             });
         }
+        let (decoder, adapters) = match config.max_loras {
+            0 => (decoder, None),
+            slots => {
+                if decoder.lora().is_some() || config.max_lora_rank == 0 {
+                    return Err(Error::InvalidRequest {
+                        message: "adapter slots need a base model without adapters and max_lora_rank ≥ 1".to_string(),
+                    });
+                }
+                let banked = Decoder::with_adapter_slots(decoder.config().clone(), slots, config.max_lora_rank)?;
+                (banked, Some(AdapterSlots::new(slots, config.max_lora_rank)))
+            }
+        };
         let programs = Programs::new(
             client,
             &device,
@@ -287,6 +321,16 @@ impl Engine {
             config.max_model_len,
         );
         let state = programs.zero_state()?;
+        let mut params = params;
+        if adapters.is_some() {
+            let banks: Vec<TensorType> = programs
+                .decoder()
+                .adapter_parameters()
+                .iter()
+                .map(|s| TensorType::new(config.dtype, s.dims.iter().map(|&d| d as i64).collect::<Vec<_>>()))
+                .collect();
+            params.extend(programs.zeros(&banks)?);
+        }
         Ok(Engine {
             client: client.clone(),
             device,
@@ -303,6 +347,7 @@ impl Engine {
             pending: Vec::new(),
             tokenizer: None,
             grammars: None,
+            adapters,
             counters: Counters::default(),
         })
     }
@@ -351,6 +396,7 @@ impl Engine {
             generated_tokens: self.counters.generated_tokens,
             guided_tokens: self.counters.guided_tokens,
             guide_mask_micros: self.counters.guide_mask_micros,
+            adapters: self.adapters.as_ref().map_or(0, AdapterSlots::loaded),
         }
     }
 
@@ -374,6 +420,9 @@ impl Engine {
         request
             .check(&self.limits())
             .map_err(|message| Error::InvalidRequest { message })?;
+        if let Some(id) = request.params.adapter {
+            self.adapter_slot(id)?;
+        }
         let guide = match &request.params.guide {
             Some(guide) => Some(self.grammars()?.compile(guide)?),
             None => None,
@@ -397,6 +446,74 @@ impl Engine {
         );
         self.queue.push_back(id);
         Ok(id)
+    }
+
+    /// The slot holding adapter `id`, refused when none does.
+    fn adapter_slot(&self, id: AdapterId) -> Result<usize> {
+        let slots = self.adapters.as_ref().ok_or_else(|| Error::InvalidRequest {
+            message: "this engine serves no adapters: make it with max_loras ≥ 1".to_string(),
+        })?;
+        slots.slot_of(id).ok_or_else(|| Error::InvalidRequest {
+            message: format!("no adapter {} is loaded", id.0),
+        })
+    }
+
+    /// Loads the LoRA adapter `lora` with `tensors` (named as
+    /// [`Decoder::with_adapters`] names them) into an empty slot, for
+    /// requests to pick by the returned id. Refuses an engine without
+    /// slots, full slots, a rank over `max_lora_rank`, and tensors that do
+    /// not make the adapter; then nothing changes.
+    pub fn load_adapter(&mut self, lora: &LoraConfig, tensors: &[(String, HostTensor)]) -> Result<AdapterId> {
+        let slots = self.adapters.as_ref().ok_or_else(|| Error::InvalidRequest {
+            message: "this engine takes no adapters: make it with max_loras ≥ 1".to_string(),
+        })?;
+        let staged = slots.slot_tensors(self.decoder(), lora, tensors)?;
+        let (slot, rank) = (slots.empty_slot()?, slots.rank());
+        let uploaded = staged
+            .iter()
+            .map(|t| t.upload(&self.client, &self.device, self.config.dtype))
+            .collect::<Result<Vec<Buffer>>>()?;
+        drop(staged);
+        let offset = upload(&self.client, &self.device, &[(slot * rank) as i32], &[])?;
+        let base = self.decoder().base_parameters().len();
+        let banks = self.params.split_off(base);
+        let mut args: Vec<Arg<'_>> = banks.iter().map(Arg::Donate).collect();
+        args.push(Arg::Borrow(&offset));
+        args.extend(uploaded.iter().map(Arg::Borrow));
+        let written = self
+            .programs
+            .get(ProgramKey::WriteAdapter { rank })?
+            .execute_args(&args)?;
+        self.params.extend(written);
+        Ok(self
+            .adapters
+            .as_mut()
+            .expect("checked above")
+            .fill(slot, lora.scaling()))
+    }
+
+    /// Unloads adapter `id`: the requests using it end as aborted (their
+    /// updates come with the next step), what slots keep of its samples is
+    /// dropped, and its slot is free. False if it is not loaded.
+    pub fn unload_adapter(&mut self, id: AdapterId) -> bool {
+        if self.adapters.as_ref().and_then(|a| a.slot_of(id)).is_none() {
+            return false;
+        }
+        let users: Vec<RequestId> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.request.params.adapter == Some(id))
+            .map(|(&r, _)| r)
+            .collect();
+        for request in users {
+            self.abort(request);
+        }
+        for kept in self.kept.iter_mut() {
+            if kept.as_ref().is_some_and(|k| k.adapter == Some(id)) {
+                *kept = None;
+            }
+        }
+        self.adapters.as_mut().is_some_and(|a| a.empty(id))
     }
 
     /// The guide compiler, made the first time (the checks made sure of a tokenizer).
@@ -439,6 +556,7 @@ impl Engine {
                     text: None,
                     guide: None,
                     current: false,
+                    adapter: None,
                 };
                 self.pending.push(finished(empty, FinishReason::Abort, None));
             }
@@ -570,6 +688,12 @@ impl Engine {
         tensors: &[(String, T)],
         in_flight: InFlight,
     ) -> Result<()> {
+        if self.adapters.is_some() {
+            return Err(Error::InvalidUpdate {
+                version,
+                message: "an engine with adapter slots serves adapters by request, not as the policy".to_string(),
+            });
+        }
         if self.decoder().lora() == Some(lora) {
             return self.update_weights(version, tensors, in_flight);
         }
@@ -683,7 +807,7 @@ impl Engine {
         let mut reserved = Vec::new();
         let mut continuing = HashMap::new();
         for &id in &ids {
-            if let Some((slot, kept)) = self.continued_slot(&self.held[&id].request.prompt, &reserved) {
+            if let Some((slot, kept)) = self.continued_slot(&self.held[&id].request, &reserved) {
                 reserved.push(slot);
                 continuing.insert(id, (slot, kept));
                 // Its keys and values are about to change.
@@ -704,8 +828,7 @@ impl Engine {
         // Every slot written below is reserved by now, so the slots lending
         // prefixes (the others) hold what they held before this call.
         for a in admitted.iter_mut().filter(|a| a.cached == Cached::Nothing) {
-            let prompt = &self.held[&a.id].request.prompt;
-            if let Some((source, positions)) = self.shared_prefix(prompt, &reserved) {
+            if let Some((source, positions)) = self.shared_prefix(&self.held[&a.id].request, &reserved) {
                 self.copy_slot(source, a.slots[0], positions)?;
                 a.cached = Cached::Copied(positions);
             }
@@ -746,35 +869,41 @@ impl Engine {
     }
 
     /// The free slot (none of `reserved`) keeping the longest finished
-    /// sample whose tokens `prompt` starts with, and the positions it holds
-    /// (the sample's length less one: its last token has none yet).
-    fn continued_slot(&self, prompt: &[u32], reserved: &[usize]) -> Option<(usize, usize)> {
+    /// sample of `request`'s adapter whose tokens its prompt starts with,
+    /// and the positions it holds (the sample's length less one: its last
+    /// token has none yet).
+    fn continued_slot(&self, request: &Request, reserved: &[usize]) -> Option<(usize, usize)> {
         if !self.config.continue_sequences {
             return None;
         }
+        let prompt = &request.prompt;
         (0..self.slots.len())
             .filter(|s| self.slots[*s].is_none() && !reserved.contains(s))
-            .filter_map(|s| self.kept[s].as_ref().map(|k| (s, &k.tokens)))
+            .filter_map(|s| self.kept[s].as_ref().map(|k| (s, k)))
+            .filter(|(_, k)| k.adapter == request.params.adapter)
+            .map(|(s, k)| (s, &k.tokens))
             .filter(|(_, tokens)| tokens.len() >= 2 && prompt.starts_with(tokens))
             .map(|(s, tokens)| (s, tokens.len() - 1))
             .max_by_key(|&(_, positions)| positions)
     }
 
     /// The slot (none of `reserved`; running, or keeping a finished
-    /// sample, with the current weights) holding the longest prefix of
-    /// `prompt`, and the positions of it worth copying: at least
-    /// [`MIN_SHARED_PREFIX`], at most all but the prompt's last token (which
-    /// the first decode step feeds). The lowest such slot among equals.
-    fn shared_prefix(&self, prompt: &[u32], reserved: &[usize]) -> Option<(usize, usize)> {
+    /// sample, with the current weights and `request`'s adapter) holding
+    /// the longest prefix of its prompt, and the positions of it worth
+    /// copying: at least [`MIN_SHARED_PREFIX`], at most all but the
+    /// prompt's last token (which the first decode step feeds). The lowest
+    /// such slot among equals.
+    fn shared_prefix(&self, request: &Request, reserved: &[usize]) -> Option<(usize, usize)> {
         if !self.config.share_prefixes {
             return None;
         }
+        let (prompt, adapter) = (&request.prompt, request.params.adapter);
         let common =
             |held: &mut dyn Iterator<Item = u32>| prompt.iter().zip(held).take_while(|(a, b)| **a == *b).count();
         let mut best: Option<(usize, usize)> = None;
         for slot in (0..self.slots.len()).filter(|s| !reserved.contains(s)) {
             let positions = match (&self.slots[slot], &self.kept[slot]) {
-                (Some(running), _) if running.current => {
+                (Some(running), _) if running.current && running.adapter == adapter => {
                     let request = &self.held[&running.request].request;
                     let mut held = request
                         .prompt
@@ -784,7 +913,9 @@ impl Engine {
                     // Positions before the one its next decode step writes hold keys and values.
                     common(&mut held).min(running.position())
                 }
-                (None, Some(kept)) => common(&mut kept.tokens.iter().copied()).min(kept.tokens.len() - 1),
+                (None, Some(kept)) if kept.adapter == adapter => {
+                    common(&mut kept.tokens.iter().copied()).min(kept.tokens.len() - 1)
+                }
                 _ => 0,
             };
             let positions = positions.min(prompt.len() - 1);
@@ -849,11 +980,24 @@ impl Engine {
     /// one program, each into its first slot.
     fn prefill(&mut self, t: usize, group: &[Admitted]) -> Result<()> {
         let inputs = self.token_inputs(t, group);
+        let adapters = self.group_adapters(group);
         let key = ProgramKey::Prefill {
             prompts: inputs.rows(),
             tokens: t,
+            adapted: self.adapted(&adapters),
         };
-        self.run_on_state(key, &inputs.upload(&self.client, &self.device)?)
+        let buffers = inputs.upload(&self.client, &self.device)?;
+        self.run_on_state(key, inputs.rows(), &adapters, &buffers)
+    }
+
+    /// The adapter of each request of `group`, in order.
+    fn group_adapters(&self, group: &[Admitted]) -> Vec<Option<AdapterId>> {
+        group.iter().map(|a| self.held[&a.id].request.params.adapter).collect()
+    }
+
+    /// Whether rows using `adapters` need the adapted programs.
+    fn adapted(&self, adapters: &[Option<AdapterId>]) -> bool {
+        self.adapters.is_some() && adapters.iter().any(Option::is_some)
     }
 
     /// Extends the prompts of `group`, whose first slots hold their first
@@ -863,18 +1007,58 @@ impl Engine {
         let inputs = self.token_inputs(t, group);
         let p = inputs.rows();
         let longest = group.iter().map(|a| self.prompt(a).len()).max().unwrap_or(1);
+        let adapters = self.group_adapters(group);
         let key = ProgramKey::Extend {
             prompts: p,
             tokens: t,
             window: self.programs.window_bucket(longest),
+            adapted: self.adapted(&adapters),
         };
-        self.run_on_state(key, &inputs.upload(&self.client, &self.device)?)
+        let buffers = inputs.upload(&self.client, &self.device)?;
+        self.run_on_state(key, p, &adapters, &buffers)
     }
 
-    /// Runs the program of `key` on the weights, `inputs` and the device
-    /// state (donated), which it replaces.
-    fn run_on_state(&mut self, key: ProgramKey, inputs: &[Buffer]) -> Result<()> {
-        let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
+    /// The adapter columns of `rows` rows using `adapters` (see
+    /// [`crate::adapters`]), when they need the adapted programs.
+    fn adapter_columns(&self, rows: usize, adapters: &[Option<AdapterId>]) -> Result<Option<Buffer>> {
+        match &self.adapters {
+            Some(slots) if self.adapted(adapters) => {
+                let columns = slots.columns(rows, adapters);
+                let width = (columns.len() / rows) as i64;
+                Ok(Some(upload(
+                    &self.client,
+                    &self.device,
+                    &columns,
+                    &[rows as i64, width],
+                )?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// How many parameters a program takes: the base model's alone on an
+    /// engine with adapter slots whose rows need no adapter (`adapted`
+    /// false), else all.
+    fn weight_count(&self, adapted: bool) -> usize {
+        match &self.adapters {
+            Some(_) if !adapted => self.decoder().base_parameters().len(),
+            _ => self.params.len(),
+        }
+    }
+
+    /// Runs the program of `key` on the weights (with the adapter columns
+    /// of `rows` rows using `adapters`), `inputs` and the device state
+    /// (donated), which it replaces.
+    fn run_on_state(
+        &mut self,
+        key: ProgramKey,
+        rows: usize,
+        adapters: &[Option<AdapterId>],
+        inputs: &[Buffer],
+    ) -> Result<()> {
+        let columns = self.adapter_columns(rows, adapters)?;
+        let count = self.weight_count(columns.is_some());
+        let mut args = weight_args(&self.params[..count], columns.as_ref());
         args.extend(inputs.iter().map(Arg::Borrow));
         args.extend(self.state.iter().map(Arg::Donate));
         self.state = self.programs.get(key)?.execute_args(&args)?;
@@ -912,6 +1096,7 @@ impl Engine {
                     text,
                     guide: held.guide.as_ref().map(GuidedSample::fork),
                     current: true,
+                    adapter: request.params.adapter,
                 });
             }
         }
@@ -960,7 +1145,10 @@ impl Engine {
                 .copied()
                 .chain(sequence.tokens.iter().map(|t| t.id))
                 .collect();
-            self.kept[row] = Some(Kept { tokens });
+            self.kept[row] = Some(Kept {
+                tokens,
+                adapter: sequence.adapter,
+            });
         }
         let update = finished(sequence, reason, stop);
         let held = self.held.get_mut(&update.request).expect("running request");
@@ -990,7 +1178,12 @@ impl Engine {
             inputs.allow(&masks, Grammars::words(self.decoder().config().vocab_size));
         }
         let inputs = inputs.upload(&self.client, &self.device)?;
-        let mut args: Vec<Arg<'_>> = self.params.iter().map(Arg::Borrow).collect();
+        let adapters: Vec<Option<AdapterId>> = (0..rows)
+            .map(|row| self.slots.get(row).and_then(Option::as_ref).and_then(|s| s.adapter))
+            .collect();
+        let columns = self.adapter_columns(rows, &adapters)?;
+        let count = self.weight_count(columns.is_some());
+        let mut args = weight_args(&self.params[..count], columns.as_ref());
         args.extend(inputs.iter().map(Arg::Borrow));
         let layers = self.state.len() - 3;
         args.extend(self.state[..=layers].iter().map(Arg::Donate));
@@ -1011,6 +1204,7 @@ impl Engine {
             sampler,
             top: wants_top,
             guided,
+            adapted: columns.is_some(),
         };
         let mut out = self.programs.get(key)?.execute_args(&args)?;
         let results = if wants_top { 4 } else { 2 };
@@ -1083,6 +1277,13 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// `params` then the rows' adapter `columns` (when given), borrowed as program arguments.
+fn weight_args<'a>(params: &'a [Buffer], columns: Option<&'a Buffer>) -> Vec<Arg<'a>> {
+    let mut args: Vec<Arg<'a>> = params.iter().map(Arg::Borrow).collect();
+    args.extend(columns.map(Arg::Borrow));
+    args
 }
 
 /// The update that ends `sequence`.

@@ -21,8 +21,10 @@ use std::collections::{HashMap, VecDeque};
 use std::thread;
 
 use grpo_model::lora::LoraConfig;
+use grpo_model::weights::HostTensor;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::adapters::AdapterId;
 use crate::engine::{Engine, EngineStats, InFlight};
 use crate::error::{Error, Result};
 use crate::host_weights::{IncomingWeights, ParameterValues};
@@ -117,6 +119,15 @@ enum Command {
         tensors: IncomingWeights,
         in_flight: InFlight,
         reply: oneshot::Sender<Result<()>>,
+    },
+    LoadAdapter {
+        lora: LoraConfig,
+        tensors: Vec<(String, HostTensor)>,
+        reply: oneshot::Sender<Result<AdapterId>>,
+    },
+    UnloadAdapter {
+        id: AdapterId,
+        reply: oneshot::Sender<bool>,
     },
     Pause {
         mode: PauseMode,
@@ -213,6 +224,18 @@ impl EngineHandle {
             reply,
         })
         .await?
+    }
+
+    /// Loads a LoRA adapter into one of the engine's adapter slots between
+    /// two steps (see [`Engine::load_adapter`]).
+    pub async fn load_adapter(&self, lora: LoraConfig, tensors: Vec<(String, HostTensor)>) -> Result<AdapterId> {
+        self.call(|reply| Command::LoadAdapter { lora, tensors, reply }).await?
+    }
+
+    /// Unloads an adapter between two steps (see [`Engine::unload_adapter`]);
+    /// false if it is not loaded.
+    pub async fn unload_adapter(&self, id: AdapterId) -> Result<bool> {
+        self.call(|reply| Command::UnloadAdapter { id, reply }).await
     }
 
     /// Pauses generation (see [`PauseMode`]); returns once paused.
@@ -339,6 +362,12 @@ impl Actor {
                     }
                 };
                 let _ = reply.send(installed);
+            }
+            Command::LoadAdapter { lora, tensors, reply } => {
+                let _ = reply.send(self.engine.load_adapter(&lora, &tensors));
+            }
+            Command::UnloadAdapter { id, reply } => {
+                let _ = reply.send(self.engine.unload_adapter(id));
             }
             Command::Pause { mode, reply } => {
                 self.paused = true;

@@ -9,6 +9,8 @@
 //!   token's log-prob under the unmodified policy.
 //! - [`guided`]: guided decoding (JSON schema, regex, choice, Lark
 //!   grammar) with llguidance: per-sample token masks.
+//! - [`adapters`]: LoRA adapters an engine serves side by side, each
+//!   request picking its own.
 //! - [`engine`]: continuous-batching generation over a per-slot KV cache on
 //!   the device, one prefill per group, aborts, live weight updates.
 //! - [`host_weights`]: new parameter values on the host (f32, or bf16 for a
@@ -23,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+pub mod adapters;
 pub mod detokenize;
 pub mod engine;
 mod error;

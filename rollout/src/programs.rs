@@ -19,6 +19,9 @@
 //!   keys and values of their prompts' first positions — the new tokens
 //!   but the last written after them, attending to them — and resets each
 //!   slot's history as a prefill of the whole prompt does.
+//! - **write adapter** (one per engine): writes one adapter into its slot
+//!   of the parameters of a decoder with adapter slots (see
+//!   [`crate::adapters`]).
 //! - **fork** (bucket `T`): copies a slot's first `T` cache positions and
 //!   its history into another slot — the other samples of a group start
 //!   from one prefill, and a prompt from a prefix another slot holds.
@@ -29,6 +32,11 @@
 //!   (position −1 = idle row, writes nothing), sampled with the rows'
 //!   settings; returns tokens, raw log-probs (and the top-k), and adds each
 //!   token to its slot's counts.
+//!
+//! With adapter slots, prefill, extend and decode come in two kinds: one
+//! that runs the base decoder alone (every row unadapted) and one that
+//! takes the adapter banks and each row's adapter columns after the base
+//! parameters (`adapted` in the key).
 
 use std::collections::HashMap;
 
@@ -49,16 +57,23 @@ const MIN_WINDOW: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ProgramKey {
     /// Prefill of up to `prompts` prompts of up to `tokens` tokens each.
-    Prefill { prompts: usize, tokens: usize },
+    Prefill {
+        prompts: usize,
+        tokens: usize,
+        adapted: bool,
+    },
     /// Extension of up to `prompts` cached sequences by up to `tokens`
     /// tokens each, attending within `window` positions.
     Extend {
         prompts: usize,
         tokens: usize,
         window: usize,
+        adapted: bool,
     },
     /// Fork of the first `tokens` cache positions.
     Fork { tokens: usize },
+    /// The write of one adapter into its slot of `rank` rows and columns.
+    WriteAdapter { rank: usize },
     /// Decode of slots `0..rows` attending within `window` positions, with
     /// this sampler, with or without top log-probs, and with or without
     /// allowed-token bitmasks (guided rows).
@@ -68,6 +83,7 @@ pub(crate) enum ProgramKey {
         sampler: SamplerKind,
         top: bool,
         guided: bool,
+        adapted: bool,
     },
 }
 
@@ -159,9 +175,13 @@ impl Programs {
 
     /// The device state, zeroed on the device (no host copy of the cache is made).
     pub fn zero_state(&self) -> Result<Vec<Buffer>> {
-        let graph = Graph::new("engine_zero_state");
-        let zeros: Vec<Tensor> = self
-            .state_types()
+        self.zeros(&self.state_types())
+    }
+
+    /// Tensors of `types`, zeroed on the device.
+    pub fn zeros(&self, types: &[TensorType]) -> Result<Vec<Buffer>> {
+        let graph = Graph::new("engine_zeros");
+        let zeros: Vec<Tensor> = types
             .iter()
             .map(|ty| graph.full(0.0, ty.dtype, &ty.dims))
             .collect::<grpo_xla::Result<_>>()?;
@@ -179,24 +199,50 @@ impl Programs {
     pub fn get(&mut self, key: ProgramKey) -> Result<&Executable> {
         if !self.compiled.contains_key(&key) {
             let program = match key {
-                ProgramKey::Prefill { prompts, tokens } => self.prefill(prompts as i64, tokens as i64)?,
+                ProgramKey::Prefill {
+                    prompts,
+                    tokens,
+                    adapted,
+                } => self.prefill(prompts as i64, tokens as i64, adapted)?,
                 ProgramKey::Extend {
                     prompts,
                     tokens,
                     window,
-                } => self.extend(prompts as i64, tokens as i64, window as i64)?,
+                    adapted,
+                } => self.extend(prompts as i64, tokens as i64, window as i64, adapted)?,
                 ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
+                ProgramKey::WriteAdapter { rank } => self.write_adapter(rank as i64)?,
                 ProgramKey::Decode {
                     rows,
                     window,
                     sampler,
                     top,
                     guided,
-                } => self.decode(rows as i64, window as i64, sampler, top, guided)?,
+                    adapted,
+                } => self.decode(rows as i64, window as i64, sampler, top, guided, adapted)?,
             };
             self.compiled.insert(key, program);
         }
         Ok(&self.compiled[&key])
+    }
+
+    /// The weights a program of kind `adapted` takes, as inputs of
+    /// `graph` for `rows` rows: the decoder's parameters (the base
+    /// model's alone for an unadapted program of a decoder with adapter
+    /// slots), then the rows' adapter columns when the decoder has slots
+    /// and the program is adapted. Returns the traced decoder too.
+    fn weights(&self, graph: &Graph, rows: i64, adapted: bool) -> Result<(Decoder, Vec<Tensor>)> {
+        let slots = self.decoder.has_adapter_slots();
+        let decoder = if slots && !adapted {
+            self.decoder.base()
+        } else {
+            self.decoder.clone()
+        };
+        let mut params = decoder.parameter_tensors(graph, self.dtype)?;
+        if slots && adapted {
+            params.push(decoder.adapter_columns(graph, rows)?);
+        }
+        Ok((decoder, params))
     }
 
     /// The state as parameters of `graph`.
@@ -212,9 +258,9 @@ impl Programs {
     /// [P,V], slots [P], state) → state`: prompt `p`'s keys and values
     /// written into slot `slots[p]` from position 0 and its history reset;
     /// a slot of −1 (a padding prompt) writes nothing.
-    fn prefill(&self, p: i64, t: i64) -> Result<Executable> {
-        let graph = Graph::new(&format!("engine_prefill_{p}x{t}"));
-        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+    fn prefill(&self, p: i64, t: i64, adapted: bool) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_prefill_{p}x{t}{}", adapted_name(adapted)));
+        let (decoder, params) = self.weights(&graph, p, adapted)?;
         let ids = graph.parameter(ElementType::S32, &[p, t])?;
         let positions = graph.parameter(ElementType::S32, &[p, t])?;
         let prompt_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
@@ -222,7 +268,7 @@ impl Programs {
         let slots = graph.parameter(ElementType::S32, &[p])?;
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
-        let kv = self.decoder.prompt_kv(&params, &ids, &positions)?;
+        let kv = decoder.prompt_kv(&params, &ids, &positions)?;
         let at_slot = slots.reshape(&[p, 1])?;
         let mut outputs: Vec<Tensor> = state[..layers]
             .iter()
@@ -242,9 +288,9 @@ impl Programs {
     /// into slot `slots[p]` at their positions (−1: padding), attending to
     /// what the slot holds within the first `window` positions; the slot's
     /// history reset as a prefill's. A slot of −1 writes nothing.
-    fn extend(&self, p: i64, t: i64, window: i64) -> Result<Executable> {
-        let graph = Graph::new(&format!("engine_extend_{p}x{t}x{window}"));
-        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+    fn extend(&self, p: i64, t: i64, window: i64, adapted: bool) -> Result<Executable> {
+        let graph = Graph::new(&format!("engine_extend_{p}x{t}x{window}{}", adapted_name(adapted)));
+        let (decoder, params) = self.weights(&graph, p, adapted)?;
         let ids = graph.parameter(ElementType::S32, &[p, t])?;
         let positions = graph.parameter(ElementType::S32, &[p, t])?;
         let prompt_rows = graph.parameter(ElementType::F32, &[p, self.vocab()])?;
@@ -252,9 +298,7 @@ impl Programs {
         let slots = graph.parameter(ElementType::S32, &[p])?;
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
-        let mut outputs = self
-            .decoder
-            .extend_cache(&params, &ids, &positions, &slots, &state[..layers], window)?;
+        let mut outputs = decoder.extend_cache(&params, &ids, &positions, &slots, &state[..layers], window)?;
         let at_slot = slots.reshape(&[p, 1])?;
         outputs.extend(reset_history(&state[layers..], &at_slot, &prompt_rows, &stop_rows)?);
         let first_state = params.len() + 5;
@@ -296,13 +340,22 @@ impl Programs {
     /// `(params, ids [B,1], positions [B,1], sampling inputs, [allowed
     /// words [B, ⌈V/32⌉] u32], state) → (tokens, log-probs, [top ids, top
     /// log-probs], cache, counts)`.
-    fn decode(&self, b: i64, window: i64, sampler: SamplerKind, top: bool, guided: bool) -> Result<Executable> {
+    fn decode(
+        &self,
+        b: i64,
+        window: i64,
+        sampler: SamplerKind,
+        top: bool,
+        guided: bool,
+        adapted: bool,
+    ) -> Result<Executable> {
         let top_name = if top { "_top" } else { "" };
         let guided_name = if guided { "_guided" } else { "" };
         let graph = Graph::new(&format!(
-            "engine_decode_{b}x{window}_{sampler:?}{top_name}{guided_name}"
+            "engine_decode_{b}x{window}_{sampler:?}{top_name}{guided_name}{}",
+            adapted_name(adapted)
         ));
-        let params = self.decoder.parameter_tensors(&graph, self.dtype)?;
+        let (decoder, params) = self.weights(&graph, b, adapted)?;
         let ids = graph.parameter(ElementType::S32, &[b, 1])?;
         let positions = graph.parameter(ElementType::S32, &[b, 1])?;
         let mut settings = SamplingInputs::parameters(&graph, b)?;
@@ -316,9 +369,7 @@ impl Programs {
         };
         let state = self.state_parameters(&graph)?;
         let layers = state.len() - 3;
-        let (logits, cache) = self
-            .decoder
-            .logits_with_cache(&params, &ids, &positions, &state[..layers], window)?;
+        let (logits, cache) = decoder.logits_with_cache(&params, &ids, &positions, &state[..layers], window)?;
         let logits = logits.reshape(&[b, self.vocab()])?;
         let rows = |x: &Tensor| x.slice(&[0, 0], &[b, self.vocab()], &[1, 1]);
         let counts = rows(&state[layers])?;
@@ -353,10 +404,47 @@ impl Programs {
         Ok(function.compile_with(&self.client, &self.options)?)
     }
 
+    /// `(banks, offset, slot tensors) → banks`: each bank (the adapter
+    /// parameters of a decoder with adapter slots, donated) with one
+    /// slot's tensors (`[rank, in]` and `[out, rank]`) written at
+    /// `offset` — rows of an `A` `[slots·rank, in]`, columns of a `B`
+    /// `[out, slots·rank]`.
+    fn write_adapter(&self, rank: i64) -> Result<Executable> {
+        let graph = Graph::new("engine_write_adapter");
+        let specs = self.decoder.adapter_parameters();
+        let banks: Vec<Tensor> = specs
+            .iter()
+            .map(|s| graph.parameter(self.dtype, &[s.dims[0] as i64, s.dims[1] as i64]))
+            .collect::<grpo_xla::Result<_>>()?;
+        let offset = graph.parameter(ElementType::S32, &[])?;
+        let zero = offset.zeros_like()?;
+        let outputs: Vec<Tensor> = banks
+            .iter()
+            .zip(specs)
+            .map(|(bank, spec)| {
+                let is_a = spec.name.ends_with(".lora_A.weight");
+                let (rows, cols) = (spec.dims[0] as i64, spec.dims[1] as i64);
+                let dims = if is_a { [rank, cols] } else { [rows, rank] };
+                let slot = graph.parameter(self.dtype, &dims)?;
+                let starts = if is_a { [&offset, &zero] } else { [&zero, &offset] };
+                bank.dynamic_update_slice(&slot, &starts)
+            })
+            .collect::<grpo_xla::Result<_>>()?;
+        let function = graph
+            .build(&outputs.iter().collect::<Vec<_>>())?
+            .donate_range_from(0, 0..outputs.len())?;
+        Ok(function.compile_with(&self.client, &self.options)?)
+    }
+
     /// Number of programs compiled so far.
     pub fn compiled(&self) -> usize {
         self.compiled.len()
     }
+}
+
+/// The name suffix of an adapted program.
+fn adapted_name(adapted: bool) -> &'static str {
+    if adapted { "_adapted" } else { "" }
 }
 
 /// Scatter dimensions that write whole rows of a rank-`rank` state at

@@ -1,6 +1,7 @@
 //! What a caller asks the engine for — a prompt, how many samples and how
 //! to sample them — and the checks that refuse what the engine cannot serve.
 
+use crate::adapters::AdapterId;
 use crate::guided::Guide;
 
 /// Most top log-probs a token can carry ([`SamplingParams::logprobs`]), as vLLM's default `max_logprobs`.
@@ -55,6 +56,10 @@ pub struct SamplingParams {
     /// tokenizer. The log-probs stay those of the distribution before the
     /// grammar's mask (see [`LogprobsMode`]). Default none.
     pub guide: Option<Guide>,
+    /// The LoRA adapter whose model draws the samples, one loaded into an
+    /// engine with adapter slots ([`crate::engine::Engine::load_adapter`]).
+    /// Default none: the engine's own weights.
+    pub adapter: Option<AdapterId>,
 }
 
 /// Which distribution a sample's log-probs (each token's and the top
@@ -94,6 +99,7 @@ impl Default for SamplingParams {
             skip_special_tokens: true,
             logprobs_mode: LogprobsMode::Raw,
             guide: None,
+            adapter: None,
         }
     }
 }

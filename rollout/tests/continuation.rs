@@ -40,6 +40,7 @@ fn engine_reusing(client: &Client, slots: usize, continue_sequences: bool, share
         dtype: ElementType::F32,
         continue_sequences,
         share_prefixes,
+        ..EngineConfig::default()
     };
     Engine::new(client, decoder, params, config).unwrap()
 }

@@ -4,8 +4,10 @@
 
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
+use grpo_model::lora::LoraConfig;
 use grpo_model::weights::HostTensor;
 use grpo_rollout::Result;
+use grpo_rollout::adapters::AdapterId;
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::{EngineHandle, PauseMode, ServiceStats};
 use grpo_rollout::output::SampleUpdate;
@@ -33,6 +35,10 @@ pub trait Backend: Send + Sync + 'static {
         tensors: Vec<(String, HostTensor)>,
         in_flight: InFlight,
     ) -> BoxFuture<'_, Result<()>>;
+    /// Loads a LoRA adapter for requests to pick by the returned id.
+    fn load_adapter(&self, lora: LoraConfig, tensors: Vec<(String, HostTensor)>) -> BoxFuture<'_, Result<AdapterId>>;
+    /// Unloads an adapter (its requests end as aborted); false if it is not loaded.
+    fn unload_adapter(&self, id: AdapterId) -> BoxFuture<'_, Result<bool>>;
 }
 
 impl Backend for EngineHandle {
@@ -70,5 +76,13 @@ impl Backend for EngineHandle {
         in_flight: InFlight,
     ) -> BoxFuture<'_, Result<()>> {
         Box::pin(EngineHandle::update_weights(self, version, tensors, in_flight))
+    }
+
+    fn load_adapter(&self, lora: LoraConfig, tensors: Vec<(String, HostTensor)>) -> BoxFuture<'_, Result<AdapterId>> {
+        Box::pin(EngineHandle::load_adapter(self, lora, tensors))
+    }
+
+    fn unload_adapter(&self, id: AdapterId) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(EngineHandle::unload_adapter(self, id))
     }
 }

@@ -22,12 +22,27 @@ pub enum Error {
         param: Option<String>,
     },
     /// The request names a model this server does not serve.
-    #[error("the model `{model}` does not exist (this server serves `{served}`)")]
+    #[error("The model `{model}` does not exist (this server serves {served})")]
     ModelNotFound {
         /// The name asked for.
         model: String,
-        /// The name served.
+        /// The names served, quoted and comma-separated.
         served: String,
+    },
+    /// No LoRA adapter folder at the path, or no adapter of the name.
+    #[error("{message}")]
+    AdapterNotFound {
+        /// What was not found.
+        message: String,
+    },
+    /// A run-time adapter route of a server that keeps them off.
+    #[error(
+        "{path} changes the served adapters, which this server does not allow: start grpo serve with --enable-lora \
+         and --allow-runtime-lora-updating (or VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)"
+    )]
+    AdapterUpdatesOff {
+        /// The route.
+        path: &'static str,
     },
     /// No route at this path.
     #[error("no route {method} {path}")]
@@ -118,9 +133,13 @@ impl Error {
             | Error::Engine(Engine::InvalidRequest { .. } | Engine::InvalidUpdate { .. }) => {
                 (StatusCode::BAD_REQUEST, "BadRequestError")
             }
-            Error::ModelNotFound { .. } | Error::RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NotFoundError"),
+            Error::ModelNotFound { .. } | Error::RouteNotFound { .. } | Error::AdapterNotFound { .. } => {
+                (StatusCode::NOT_FOUND, "NotFoundError")
+            }
             Error::Unauthorized => (StatusCode::UNAUTHORIZED, "AuthenticationError"),
-            Error::ControlOff { .. } => (StatusCode::FORBIDDEN, "PermissionDeniedError"),
+            Error::ControlOff { .. } | Error::AdapterUpdatesOff { .. } => {
+                (StatusCode::FORBIDDEN, "PermissionDeniedError")
+            }
             Error::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowedError"),
             Error::LoadTimeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "TimeoutError"),
             Error::Overloaded { .. } => (StatusCode::TOO_MANY_REQUESTS, "RateLimitError"),

@@ -8,6 +8,8 @@
 //! vLLM-named Prometheus registry, [`error`] the one error type and its
 //! HTTP mapping.
 //!
+//! [`adapters`] serves LoRA adapters by name.
+//!
 //! [`Server::bind`] takes an engine and its tokenizer, listens, and
 //! [`Server::serve`] runs until a shutdown future resolves: it then stops
 //! accepting, lets running requests finish for [`ServerConfig::shutdown_grace`],
@@ -15,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod adapters;
 pub mod admission;
 pub mod auth;
 pub mod backend;
@@ -80,6 +83,13 @@ pub struct ServerConfig {
     /// A chat template (Jinja source) used instead of the tokenizer's,
     /// as vLLM's `--chat-template`. Default none: the tokenizer's.
     pub chat_template: Option<String>,
+    /// Serve LoRA adapters by name (vLLM's `--enable-lora`; the engine
+    /// needs adapter slots). Default false.
+    pub enable_lora: bool,
+    /// Let `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` change
+    /// the adapters while serving (vLLM's
+    /// `VLLM_ALLOW_RUNTIME_LORA_UPDATING`). Default false.
+    pub allow_runtime_lora_updating: bool,
 }
 
 impl ServerConfig {
@@ -95,6 +105,8 @@ impl ServerConfig {
             enable_control_routes: false,
             limits: RequestLimits::default(),
             chat_template: None,
+            enable_lora: false,
+            allow_runtime_lora_updating: false,
         }
     }
 
@@ -124,10 +136,11 @@ impl Server {
         let model = ServedModel {
             name: config.served_model_name.clone(),
             root: config.model_root.clone(),
+            config: engine.decoder().config().clone(),
             max_model_len: engine.config().max_model_len,
             max_num_seqs: engine.config().max_num_seqs,
             longest_token_bytes: model::longest_token_bytes(&tokenizer),
-            parameters: engine.decoder().parameters().to_vec(),
+            parameters: engine.decoder().base_parameters().to_vec(),
             tokenizer: tokenizer.clone(),
             chat_template,
             tool_format,
@@ -151,12 +164,19 @@ impl Server {
             admission: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests)),
             generating: Arc::default(),
             backend,
+            adapters: Arc::default(),
             metrics: Arc::new(Metrics::new(&model.name)),
             model: Arc::new(model),
             config: Arc::new(config),
             started: routes::generate::unix_now(),
         };
         Ok(Server { listener, state })
+    }
+
+    /// Loads the PEFT adapter folder `path` to serve as `name` (as
+    /// `/v1/load_lora_adapter` does; see [`adapters::load`]).
+    pub async fn load_adapter(&self, name: &str, path: &str) -> Result<()> {
+        adapters::load(&self.state, name, path).await
     }
 
     /// The address it listens on.

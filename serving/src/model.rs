@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use grpo_model::chat::{ChatMessage, ChatTemplate};
+use grpo_model::config::ModelConfig;
 use grpo_model::names::ParamSpec;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_model::tools::{Tool, ToolCallFormat};
@@ -18,6 +19,8 @@ pub struct ServedModel {
     pub name: String,
     /// The model as `--model` named it.
     pub root: String,
+    /// Its architecture (what adapters must fit).
+    pub config: ModelConfig,
     /// Longest prompt + completion.
     pub max_model_len: usize,
     /// Sequences the engine decodes together (a request's prompts are

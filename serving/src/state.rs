@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
+use grpo_rollout::adapters::AdapterId;
+
 use crate::ServerConfig;
+use crate::adapters::ServedAdapters;
 use crate::backend::Backend;
 use crate::metrics::Metrics;
 use crate::model::ServedModel;
@@ -19,6 +22,8 @@ pub struct AppState {
     pub backend: Arc<dyn Backend>,
     /// The served model.
     pub model: Arc<ServedModel>,
+    /// The LoRA adapters served by name.
+    pub adapters: Arc<ServedAdapters>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
     /// The server's settings.
@@ -27,15 +32,48 @@ pub struct AppState {
     pub started: u64,
 }
 
+/// What a request's `model` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The name responses carry: the adapter's, or the served model's.
+    pub name: String,
+    /// The adapter that generates, if one is named.
+    pub adapter: Option<AdapterId>,
+}
+
 impl AppState {
-    /// Refuses a request for a model other than the served one (a missing name is fine).
-    pub fn check_model(&self, model: Option<&str>) -> crate::Result<()> {
+    /// What `model` names: the served model (also when missing) or one of
+    /// its adapters; any other name is a 404 listing those served.
+    pub fn resolve_model(&self, model: Option<&str>) -> crate::Result<Target> {
+        let base = || Target {
+            name: self.model.name.clone(),
+            adapter: None,
+        };
         match model {
-            Some(name) if name != self.model.name => Err(crate::Error::ModelNotFound {
-                model: name.to_string(),
-                served: self.model.name.clone(),
-            }),
-            _ => Ok(()),
+            None => Ok(base()),
+            Some(name) if name == self.model.name => Ok(base()),
+            Some(name) => match self.adapters.get(name) {
+                Some(adapter) => Ok(Target {
+                    name: name.to_string(),
+                    adapter: Some(adapter.id),
+                }),
+                None => {
+                    let adapters = self.adapters.list().into_iter().map(|(n, _)| n);
+                    let served: Vec<String> = std::iter::once(self.model.name.clone())
+                        .chain(adapters)
+                        .map(|n| format!("`{n}`"))
+                        .collect();
+                    Err(crate::Error::ModelNotFound {
+                        model: name.to_string(),
+                        served: served.join(", "),
+                    })
+                }
+            },
         }
+    }
+
+    /// Refuses a request for a model this server does not serve (a missing name is fine).
+    pub fn check_model(&self, model: Option<&str>) -> crate::Result<()> {
+        self.resolve_model(model).map(|_| ())
     }
 }

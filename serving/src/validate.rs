@@ -114,5 +114,6 @@ pub fn sampling(
         // vLLM's default: the logprobs a client gets are the model's own.
         logprobs_mode: LogprobsMode::Raw,
         guide: crate::structured::requested(fields)?,
+        adapter: None,
     })
 }

@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use grpo_model::lora::LoraConfig;
 use grpo_model::weights::HostTensor;
+use grpo_rollout::adapters::AdapterId;
 use grpo_rollout::engine::InFlight;
 use grpo_rollout::handle::{PauseMode, ServiceStats};
 use grpo_rollout::request::Request;
@@ -51,6 +53,16 @@ impl Backend for Stopped {
     ) -> BoxFuture<'_, grpo_rollout::Result<()>> {
         stopped()
     }
+    fn load_adapter(
+        &self,
+        _: LoraConfig,
+        _: Vec<(String, HostTensor)>,
+    ) -> BoxFuture<'_, grpo_rollout::Result<AdapterId>> {
+        stopped()
+    }
+    fn unload_adapter(&self, _: AdapterId) -> BoxFuture<'_, grpo_rollout::Result<bool>> {
+        stopped()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -58,6 +70,13 @@ async fn a_stopped_engine_answers_503() {
     let model = ServedModel {
         name: common::MODEL.to_string(),
         root: common::MODEL.to_string(),
+        config: grpo_model::init::preset_config(
+            grpo_model::config::Family::Llama,
+            grpo_model::init::Preset::Tiny,
+            600,
+            None,
+            0,
+        ),
         max_model_len: common::MAX_MODEL_LEN,
         max_num_seqs: 4,
         longest_token_bytes: 16,

@@ -13,6 +13,7 @@ mod progress;
 mod reward;
 mod run;
 mod serve;
+mod serve_lora;
 mod setup;
 mod sft;
 mod train;

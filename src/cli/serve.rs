@@ -1,8 +1,11 @@
 //! `grpo serve --model M`: the rollout engine behind a vLLM-compatible
 //! OpenAI HTTP server (`/v1/completions`, `/v1/chat/completions`,
 //! `/v1/models`, `/health`, `/metrics`, `/tokenize`, the RL control routes).
+//! With `--enable-lora` it serves LoRA adapters by name ([`serve_lora`]).
 //! Once listening it prints `listening on HOST:PORT`; ctrl-c or SIGTERM
 //! stops accepting, lets running requests finish (30 s at most), then exits.
+//!
+//! [`serve_lora`]: crate::cli::serve_lora
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -20,6 +23,7 @@ use grpo_xla::{ElementType, Platform};
 
 use crate::cli::adapter::{AdapterArgs, merged};
 use crate::cli::platform::PlatformArgs;
+use crate::cli::serve_lora::LoraServeArgs;
 
 /// Arguments of `grpo serve`.
 #[derive(Debug, clap::Args)]
@@ -78,6 +82,8 @@ pub struct ServeArgs {
     /// model/templates/chatml_tools.jinja for a template that renders tools.
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    #[command(flatten)]
+    lora: LoraServeArgs,
 }
 
 /// The server's default request limits (the flags' defaults).
@@ -124,19 +130,25 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let dtype = ElementType::F32;
     let weights = merged(model.weights.as_ref(), adapter.as_ref());
     let params = upload_parameters(&client, client.device(0)?, &decoder, weights.as_ref(), dtype)?;
+    let served = args.served_model_name.clone().unwrap_or_else(|| args.model.clone());
+    let lora = args.lora.settings(&served)?;
     let engine_config = EngineConfig {
         max_num_seqs: args.max_num_seqs,
         max_model_len: args.max_model_len.min(model.config.max_positions),
         dtype,
+        max_loras: lora.max_loras,
+        max_lora_rank: lora.max_lora_rank,
         ..EngineConfig::default()
     };
     let engine = Engine::new(&client, decoder, params, engine_config)?;
-    let mut config = ServerConfig::new(args.served_model_name.clone().unwrap_or_else(|| args.model.clone()));
+    let mut config = ServerConfig::new(served);
     config.model_root = args.model.clone();
     config.api_key = args.api_key.as_deref().map(ApiKey::new);
     config.max_body_bytes = args.max_body_bytes;
     config.enable_control_routes = args.enable_control_routes;
     config.limits = args.limits();
+    config.enable_lora = lora.max_loras > 0;
+    config.allow_runtime_lora_updating = lora.runtime_updating;
     config.chat_template = args
         .chat_template
         .as_ref()
@@ -153,6 +165,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
         let server = Server::bind(SocketAddr::new(args.host, args.port), engine, tokenizer, config).await?;
+        for module in &lora.modules {
+            server
+                .load_adapter(&module.name, &module.path)
+                .await
+                .with_context(|| format!("--lora-modules {}={}", module.name, module.path))?;
+        }
         println!("listening on {}", server.local_addr());
         server.serve(shutdown_signal()).await?;
         Ok(())

@@ -107,6 +107,20 @@ pub fn logprobs(model: &Path, adapter: Option<&Path>, input: &Path) -> Vec<Vec<f
         .collect()
 }
 
+/// The address a server started as `child` (stdout piped) prints on its
+/// first line, `listening on ADDR`.
+pub fn listening_address(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("a piped stdout"))
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not an address: {line:?}"))
+        .to_string()
+}
+
 /// `grpo ARGS` (real cache folder), which must succeed.
 pub fn run_ok(args: &[&str]) {
     let out = grpo_installed(args);

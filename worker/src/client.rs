@@ -159,8 +159,15 @@ impl WorkerClient {
         }
     }
 
-    /// Starts generating `request`'s samples.
+    /// Starts generating `request`'s samples. A request naming an adapter
+    /// is refused: adapter ids belong to one engine, and workers serve the
+    /// policy alone.
     pub async fn generate(&mut self, request: &Request) -> Result<RemoteSamples, WorkerError> {
+        if let Some(id) = request.params.adapter {
+            return Err(WorkerError::NotSent {
+                message: format!("workers serve no named adapters; the request names adapter {}", id.0),
+            });
+        }
         let stream = self.inner.generate(request_to_proto(request)).await?.into_inner();
         Ok(RemoteSamples { stream })
     }

@@ -111,6 +111,7 @@ pub(crate) fn request_from_proto(message: proto::GenerateRequest) -> Result<Requ
             skip_special_tokens: p.skip_special_tokens.unwrap_or(d.skip_special_tokens),
             logprobs_mode,
             guide,
+            adapter: None,
         },
     })
 }
@@ -254,6 +255,7 @@ pub(crate) fn stats_from_proto(stats: proto::StatsResponse) -> ServiceStats {
             generated_tokens: stats.generated_tokens,
             guided_tokens: stats.guided_tokens,
             guide_mask_micros: stats.guide_mask_micros,
+            adapters: 0,
         },
         held_back: count(stats.held_back),
         paused: stats.paused,

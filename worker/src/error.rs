@@ -47,6 +47,12 @@ pub enum WorkerError {
         /// The worker's message.
         message: String,
     },
+    /// A call this client does not send, and why.
+    #[error("not sent to the worker: {message}")]
+    NotSent {
+        /// Why.
+        message: String,
+    },
     /// The worker sent something this client cannot read.
     #[error("the worker sent a malformed {what}: {message}")]
     Protocol {

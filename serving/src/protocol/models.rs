@@ -7,7 +7,7 @@ use serde::Serialize;
 pub struct ModelList {
     /// `list`.
     pub object: &'static str,
-    /// The served model.
+    /// The served model, then its adapters.
     pub data: Vec<ModelCard>,
 }
 
@@ -22,12 +22,12 @@ pub struct ModelCard {
     pub created: u64,
     /// `grpo`.
     pub owned_by: &'static str,
-    /// The model as `--model` named it.
+    /// The model as `--model` named it; an adapter's folder.
     pub root: String,
-    /// No parent model.
+    /// An adapter's base model (none for the model itself).
     pub parent: Option<String>,
-    /// Longest prompt + completion.
-    pub max_model_len: usize,
+    /// Longest prompt + completion (null for adapters, as vLLM gives it).
+    pub max_model_len: Option<usize>,
 }
 
 /// `{"version": ...}`.

@@ -102,6 +102,8 @@ struct Shape {
     id: String,
     created: u64,
     model: Arc<ServedModel>,
+    /// The name the response carries: the adapter's when one generates.
+    name: String,
     prompt: Vec<u32>,
     n: usize,
     logprobs: bool,
@@ -114,7 +116,7 @@ impl Shape {
             id: self.id.clone(),
             object,
             created: self.created,
-            model: self.model.name.clone(),
+            model: self.name.clone(),
             choices,
             usage,
             prompt_token_ids: (self.return_token_ids && first).then(|| self.prompt.clone()),
@@ -205,7 +207,7 @@ pub async fn chat(
     State(state): State<AppState>,
     WithSampling(request, sampling): WithSampling<ChatRequest>,
 ) -> Result<Response> {
-    state.check_model(request.model.as_deref())?;
+    let target = state.resolve_model(request.model.as_deref())?;
     let model = state.model.clone();
     let messages = messages(&request.messages)?;
     let offer = tools::offered(&request, model.tool_format)?;
@@ -231,6 +233,7 @@ pub async fn chat(
     };
     let limits = &state.config.limits;
     let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    params.adapter = target.adapter;
     if let Some(guide) = offer.guide {
         if params.guide.is_some() {
             return Err(Error::invalid(
@@ -255,6 +258,7 @@ pub async fn chat(
         id: request_id("chatcmpl"),
         created: unix_now(),
         model,
+        name: target.name,
         prompt,
         n,
         logprobs: request.logprobs,

@@ -69,6 +69,8 @@ struct Shape {
     id: String,
     created: u64,
     model: Arc<ServedModel>,
+    /// The name the response carries: the adapter's when one generates.
+    name: String,
     prompts: Vec<Vec<u32>>,
     /// Each prompt's text, with `echo`.
     echo: Option<Vec<String>>,
@@ -82,7 +84,7 @@ impl Shape {
             id: self.id.clone(),
             object: "text_completion",
             created: self.created,
-            model: self.model.name.clone(),
+            model: self.name.clone(),
             choices,
             usage,
         })
@@ -155,7 +157,7 @@ pub async fn completions(
     State(state): State<AppState>,
     WithSampling(request, sampling): WithSampling<CompletionRequest>,
 ) -> Result<Response> {
-    state.check_model(request.model.as_deref())?;
+    let target = state.resolve_model(request.model.as_deref())?;
     let model = state.model.clone();
     let prompts = {
         let (model, prompt) = (model.clone(), request.prompt);
@@ -177,7 +179,8 @@ pub async fn completions(
         ));
     }
     let limits = &state.config.limits;
-    let params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    params.adapter = target.adapter;
     let n = params.n;
     limits.check_size(prompts.len(), n)?;
     let echo = match request.echo {
@@ -194,6 +197,7 @@ pub async fn completions(
         id: request_id("cmpl"),
         created: unix_now(),
         model,
+        name: target.name,
         prompts,
         echo,
         logprobs: top.is_some(),

@@ -10,19 +10,30 @@ use crate::error::{Error, Result};
 use crate::protocol::models::{ModelCard, ModelList, Version};
 use crate::state::AppState;
 
-/// `GET /v1/models`.
+/// `GET /v1/models`: the served model, then its adapters by name (each
+/// with its folder as `root` and the model as `parent`, as vLLM lists them).
 pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
+    let base = ModelCard {
+        id: state.model.name.clone(),
+        object: "model",
+        created: state.started,
+        owned_by: "grpo",
+        root: state.model.root.clone(),
+        parent: None,
+        max_model_len: Some(state.model.max_model_len),
+    };
+    let adapters = state.adapters.list().into_iter().map(|(name, adapter)| ModelCard {
+        id: name,
+        object: "model",
+        created: adapter.created,
+        owned_by: "grpo",
+        root: adapter.path,
+        parent: Some(state.model.name.clone()),
+        max_model_len: None,
+    });
     Json(ModelList {
         object: "list",
-        data: vec![ModelCard {
-            id: state.model.name.clone(),
-            object: "model",
-            created: state.started,
-            owned_by: "grpo",
-            root: state.model.root.clone(),
-            parent: None,
-            max_model_len: state.model.max_model_len,
-        }],
+        data: std::iter::once(base).chain(adapters).collect(),
     })
 }
 

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod control;
 pub mod generate;
 pub mod info;
+pub mod lora;
 pub mod tokenize;
 
 use axum::Router;
@@ -54,6 +55,8 @@ pub fn router(state: AppState) -> Router {
         .route("/resume", post(control::resume))
         .route("/is_paused", get(control::is_paused))
         .route("/update_weights_from_disk", post(control::update_weights_from_disk))
+        .route("/v1/load_lora_adapter", post(lora::load))
+        .route("/v1/unload_lora_adapter", post(lora::unload))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), require_key))

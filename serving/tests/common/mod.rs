@@ -90,17 +90,22 @@ pub async fn start_with_len(
     max_model_len: usize,
     configure: impl FnOnce(&mut ServerConfig),
 ) -> TestServer {
-    let client = cpu_client();
-    let pretrained = Pretrained::open(model_dir().to_str().unwrap()).unwrap();
-    let decoder = Decoder::new(pretrained.config.clone());
-    let device = client.device(0).unwrap();
-    let params = upload_parameters(&client, device, &decoder, pretrained.weights.as_ref(), ElementType::F32).unwrap();
     let engine_config = EngineConfig {
         max_num_seqs,
         max_model_len,
         dtype: ElementType::F32,
         ..EngineConfig::default()
     };
+    start_engine(engine_config, configure).await
+}
+
+/// A server of the fixture model on an engine of `engine_config`.
+pub async fn start_engine(engine_config: EngineConfig, configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+    let client = cpu_client();
+    let pretrained = Pretrained::open(model_dir().to_str().unwrap()).unwrap();
+    let decoder = Decoder::new(pretrained.config.clone());
+    let device = client.device(0).unwrap();
+    let params = upload_parameters(&client, device, &decoder, pretrained.weights.as_ref(), ElementType::F32).unwrap();
     let engine = Engine::new(&client, decoder, params, engine_config).unwrap();
     let mut config = ServerConfig::new(MODEL);
     configure(&mut config);

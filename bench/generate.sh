@@ -6,7 +6,7 @@
 #
 #   bench/generate.sh [--rounds R] [--runs N] [--warmup W] [--batch 1,16,64]
 #                     [--prompt-tokens P] [--new-tokens T] [--dtypes f32,bf16]
-#                     [--threads T] [--out FILE]
+#                     [--threads T] [--loras N] [--lora-rank R] [--out FILE]
 #
 # 1. creates or reuses the tools venv (tools/venv.sh: torch as bench/train_step.sh
 #    pins it, plus transformers==5.24.0 safetensors==0.8.0);
@@ -21,6 +21,9 @@
 #    (default <grpo cache>/bench-results/generate-<UTC time>.jsonl).
 # Defaults: 2 rounds, 2 runs after 1 warm-up, batches 1,16,64, a 64-token
 # prompt, 64 new tokens, f32; --threads sets torch's (grpo's XLA uses all cores).
+# --loras N: both serve N random LoRA adapters of rank R (default 16) on every
+# linear layer, row i of a batch using adapter i mod N (PEFT's adapter_names on
+# the transformers side); run it beside --loras 0 for the adapters' cost.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -36,6 +39,8 @@ THREADS=$(nproc)
 OUT=
 TORCH_ONLY=0 # read by bench/common.sh; grpo always runs (it writes the prompt ids)
 MODEL=smollm2-135m-instruct
+LORAS=0
+LORA_RANK=16
 while (($#)); do
     case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -46,12 +51,14 @@ while (($#)); do
     --new-tokens) NEW_TOKENS=$2; shift 2 ;;
     --dtypes) DTYPES=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --loras) LORAS=$2; shift 2 ;;
+    --lora-rank) LORA_RANK=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-for n in "$ROUNDS" "$RUNS" "$WARMUP" "$THREADS" "$PROMPT_TOKENS" "$NEW_TOKENS"; do
+for n in "$ROUNDS" "$RUNS" "$WARMUP" "$THREADS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$LORAS" "$LORA_RANK"; do
     [[ $n =~ ^[0-9]+$ ]] || { echo "generate.sh: '$n' is not a count" >&2; exit 2; }
 done
 ((ROUNDS >= 1 && RUNS >= 1 && THREADS >= 1 && PROMPT_TOKENS >= 1 && NEW_TOKENS >= 1)) || {
@@ -83,10 +90,11 @@ for dtype in "${DTYPE_LIST[@]}"; do
         json_lines "grpo bench generate" \
             "$GRPO" bench generate --model "$MODEL" --batch "$BATCH" --prompt-tokens "$PROMPT_TOKENS" \
             --new-tokens "$NEW_TOKENS" --dtype "$dtype" --runs "$RUNS" --warmup "$WARMUP" \
-            --tokens-out "$tokens" --json
+            --tokens-out "$tokens" --loras "$LORAS" --lora-rank "$LORA_RANK" --json
         json_lines "generate_torch.py" \
             "$PY" bench/generate_torch.py --tokens "$tokens" --model-dir "$MODEL_DIR" --batch "$BATCH" \
-            --new-tokens "$NEW_TOKENS" --dtype "$dtype" --runs "$RUNS" --warmup "$WARMUP" --threads "$THREADS"
+            --new-tokens "$NEW_TOKENS" --dtype "$dtype" --runs "$RUNS" --warmup "$WARMUP" --threads "$THREADS" \
+            --loras "$LORAS" --lora-rank "$LORA_RANK"
     done
 done
 

@@ -27,6 +27,12 @@ differ, and a warning goes to stderr). "weight_bytes" is the parameters'
 bytes in the dtype (the tied embedding counted once); "load_1m" the 1-minute
 load average when the batch was done (other work on the machine shows in it).
 
+With --loras N the model carries N PEFT LoRA adapters of rank --lora-rank
+on every linear layer (random A and B, init_lora_weights=False) and row i of
+a batch uses adapter i mod N (PEFT's mixed-batch `adapter_names`), as
+`grpo bench generate --loras N` does; the lines then carry "loras" and
+"lora_rank", and greedy tokens are not compared (the adapters differ).
+
 Diagnostics (versions, threads) go to stderr. The model folder is
 ${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}/models/
 smollm2-135m-instruct, made by `cargo run --release -- setup`; --model-dir
@@ -92,7 +98,7 @@ def load_average():
 
 
 def result_line(dtype, batch, prompt_tokens, new_tokens, prefill_s, full_s, weight_bytes,
-                tokens=None, reference=None, model=MODEL_LABEL, load_1m=None):
+                tokens=None, reference=None, model=MODEL_LABEL, load_1m=None, loras=0, lora_rank=0):
     """The JSON line of one batch: medians of the `prefill_s` and `full_s` durations (s).
 
     `tokens` (the first row's greedy ids) are compared with `reference` (grpo's) when both are given.
@@ -115,6 +121,8 @@ def result_line(dtype, batch, prompt_tokens, new_tokens, prefill_s, full_s, weig
         "weight_bytes": weight_bytes,
         "load_1m": load_1m,
     }
+    if loras:
+        line["loras"], line["lora_rank"] = loras, lora_rank
     if tokens is not None and reference is not None:
         at = first_mismatch(list(tokens), list(reference))
         line["greedy_match"] = at is None
@@ -135,6 +143,20 @@ def run(args, tokens_file):
         args.model_dir, dtype=torch_dtype, attn_implementation=args.attn
     ).to(args.device)
     model.eval()
+    adapter_names = None
+    if args.loras:
+        import peft
+
+        config = peft.LoraConfig(r=args.lora_rank, lora_alpha=args.lora_rank, target_modules="all-linear",
+                                 init_lora_weights=False)
+        torch.manual_seed(0)
+        model = peft.get_peft_model(model, config, adapter_name="a0")
+        for k in range(1, args.loras):
+            model.add_adapter(f"a{k}", config)
+        model.eval()
+        adapter_names = [f"a{i % args.loras}" for i in range(max(args.batch))]
+        print(f"peft {peft.__version__}: {args.loras} adapters of rank {args.lora_rank} on every linear layer",
+              file=sys.stderr)
     seen, weight_bytes = set(), 0
     for p in model.parameters():  # parameters() yields a tied tensor once; the id check makes sure
         if id(p) not in seen:
@@ -156,10 +178,11 @@ def run(args, tokens_file):
         mask = torch.ones_like(ids)
 
         def generate(max_new):
+            mixed = {"adapter_names": adapter_names[:batch]} if adapter_names else {}
             with torch.inference_mode():
                 out = model.generate(
                     input_ids=ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
-                    do_sample=False, pad_token_id=pad,
+                    do_sample=False, pad_token_id=pad, **mixed,
                 )
             if out.shape != (batch, len(prompt) + max_new):
                 raise RuntimeError(f"generate returned shape {tuple(out.shape)}, not {(batch, len(prompt) + max_new)}")
@@ -174,9 +197,9 @@ def run(args, tokens_file):
             if run_index >= args.warmup:
                 prefill_s.append(middle - start)
                 full_s.append(time.perf_counter() - middle)
-        reference = greedy.get(str(batch))
+        reference = None if args.loras else greedy.get(str(batch))
         line = result_line(args.dtype, batch, len(prompt), args.new_tokens, prefill_s, full_s, weight_bytes,
-                           tokens, reference, load_1m=load_average())
+                           tokens, reference, load_1m=load_average(), loras=args.loras, lora_rank=args.lora_rank)
         record = json.loads(line)
         if record.get("greedy_match") is False:
             at = record["greedy_mismatch_at"]
@@ -207,9 +230,14 @@ def parse_args(argv):
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch.set_num_threads (default: os.cpu_count())")
+    parser.add_argument("--loras", type=int, default=0,
+                        help="PEFT LoRA adapters on every linear layer, row i using adapter i mod N (default 0: none)")
+    parser.add_argument("--lora-rank", type=int, default=16, help="the adapters' rank (default 16)")
     args = parser.parse_args(argv)
     if args.new_tokens < 1 or args.runs < 1 or args.threads < 1:
         parser.error("--new-tokens, --runs and --threads must be at least 1")
+    if args.loras < 0 or args.lora_rank < 1:
+        parser.error("--loras must not be negative and --lora-rank must be at least 1")
     if args.warmup < 0:
         parser.error("--warmup must not be negative")
     return args

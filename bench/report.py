@@ -431,28 +431,30 @@ def _greedy(lines):
 
 
 def build_generate_rows(records):
-    """One dict per (model, dtype, prompt_tokens, new_tokens, batch), each impl's medians in it."""
+    """One dict per (model, dtype, prompt_tokens, new_tokens, LoRA adapters and rank, batch), each impl's
+    medians in it (lines without "loras" have none)."""
     groups = {}
     for r in records:
         if is_generate(r):
-            key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], r["batch"])
+            loras = (_count(r.get("loras")) or 0, _count(r.get("lora_rank")) or 0)
+            key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], loras, r["batch"])
             groups.setdefault(key, {}).setdefault(r["impl"], []).append(r)
     bandwidth = copy_bandwidth(records)
     rows = []
-    for key in sorted(groups, key=lambda k: (k[0], _order(k[1], MODEL_DTYPES), k[2], k[3], k[4])):
-        model, dtype, prompt, new, batch = key
+    for key in sorted(groups, key=lambda k: (k[0], _order(k[1], MODEL_DTYPES), k[2], k[3], k[4], k[5])):
+        model, dtype, prompt, new, (loras, rank), batch = key
         weights = weight_bytes(records, model, dtype)
         limit = bandwidth * 1e9 / weights if bandwidth is not None and weights else None
         row = {
             "model": model, "dtype": dtype, "prompt_tokens": prompt, "new_tokens": new, "batch": batch,
-            "weight_bytes": weights, "bandwidth_tokens_per_s": limit,
+            "loras": loras, "lora_rank": rank, "weight_bytes": weights, "bandwidth_tokens_per_s": limit,
         }
         for impl in GENERATE_IMPLS:
             lines = groups[key].get(impl, [])
             row[f"{impl}_rounds"] = len(lines)
             for rate in ("prefill", "decode"):
                 row[f"{impl}_{rate}"] = _median_of(_number(r[f"{rate}_tokens_per_s"]) for r in lines)
-            row[f"{impl}_of_limit"] = _ratio(row[f"{impl}_decode"], limit) if batch == 1 else None
+            row[f"{impl}_of_limit"] = _ratio(row[f"{impl}_decode"], limit) if batch == 1 and not loras else None
         row["prefill_ratio"] = _ratio(row["grpo_prefill"], row["transformers_prefill"])
         row["decode_ratio"] = _ratio(row["grpo_decode"], row["transformers_decode"])
         row["greedy"] = _greedy(groups[key].get("transformers", []))
@@ -471,7 +473,7 @@ def format_generate_table(rows, bandwidth=None, loads=None):
     the range of 1-minute load averages (`loads`, from load_range) below it."""
     limits = []
     for r in rows:
-        if r["batch"] == 1 and r["weight_bytes"] and r["bandwidth_tokens_per_s"] is not None:
+        if r["batch"] == 1 and not r["loras"] and r["weight_bytes"] and r["bandwidth_tokens_per_s"] is not None:
             limits.append(
                 f"{r['dtype']} {r['weight_bytes'] / 1e6:.1f} MB of weights → {r['bandwidth_tokens_per_s']:.1f} tokens/s"
             )
@@ -488,8 +490,9 @@ def format_generate_table(rows, bandwidth=None, loads=None):
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|")
     for r in rows:
+        adapters = f" + {r['loras']} LoRA r{r['lora_rank']}" if r["loras"] else ""
         cells = [
-            r["model"],
+            r["model"] + adapters,
             r["dtype"],
             f"{r['prompt_tokens']}+{r['new_tokens']}",
             str(r["batch"]),
@@ -499,8 +502,8 @@ def format_generate_table(rows, bandwidth=None, loads=None):
             _fmt(r["grpo_decode"], ".1f"),
             _fmt(r["transformers_decode"], ".1f"),
             _fmt(r["decode_ratio"], ".2f", "x"),
-            "—" if r["batch"] != 1 else _fmt(r["grpo_of_limit"], ".0f", "%", 100.0),
-            "—" if r["batch"] != 1 else _fmt(r["transformers_of_limit"], ".0f", "%", 100.0),
+            "—" if r["batch"] != 1 or r["loras"] else _fmt(r["grpo_of_limit"], ".0f", "%", 100.0),
+            "—" if r["batch"] != 1 or r["loras"] else _fmt(r["transformers_of_limit"], ".0f", "%", 100.0),
             r["greedy"] or "n/a",
         ]
         lines.append("| " + " | ".join(cells) + " |")

@@ -329,6 +329,17 @@ class GenerateReportTest(unittest.TestCase):
         self.assertEqual(report.load_range(self.records), (0.5, 2.25))
         self.assertIn("| smollm2-135m | 8×256 | f32 | grpo |", table)  # the model-step table too
 
+    def test_adapters_are_rows_of_their_own(self):
+        base = json.loads(GENERATE_SAMPLE.splitlines()[1])
+        lines = [json.dumps(base)]
+        for impl, decode in (("grpo", 20.0), ("transformers", 5.0)):
+            lines.append(json.dumps({**base, "impl": impl, "decode_tokens_per_s": decode, "loras": 4, "lora_rank": 16}))
+        rows = report.build_generate_rows(report.parse_lines(lines))
+        self.assertEqual([(r["loras"], r["lora_rank"]) for r in rows], [(0, 0), (4, 16)])
+        self.assertAlmostEqual(rows[1]["decode_ratio"], 4.0)
+        self.assertIsNone(rows[1]["grpo_of_limit"], "no bandwidth limit with adapters")
+        self.assertIn("| smollm2-135m + 4 LoRA r16 | f32 | 64+64 | 1 |", report.report(lines))
+
     def test_without_bandwidth(self):
         line = GENERATE_SAMPLE.splitlines()[2]  # a transformers line: no copy_gbps
         (row,) = report.build_generate_rows(report.parse_lines([line]))

@@ -261,8 +261,8 @@ fn an_fsdp_run_on_two_devices_resumes_to_the_same_parameters() {
 }
 
 #[test]
-fn a_killed_lora_run_resumes_to_the_same_adapters_and_writes_peft_folders() {
-    let lora = "[lora]\nrank = 4\nlora_alpha = 8\ntarget_modules = [\"q_proj\", \"v_proj\", \"down_proj\"]";
+fn a_killed_lora_run_with_dropout_resumes_to_the_same_adapters_and_writes_peft_folders() {
+    let lora = "[lora]\nrank = 4\nlora_alpha = 8\nlora_dropout = 0.1\ntarget_modules = [\"q_proj\", \"v_proj\", \"down_proj\"]";
     let trainer = format!("{RESUMED}\n\n{lora}");
     let dir = a_killed_run_resumes_as_if_never_interrupted(&trainer, &[]);
     let out = dir.path().join("out");

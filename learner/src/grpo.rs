@@ -495,7 +495,7 @@ impl Task for GrpoTask {
             };
             (nothing, 0)
         } else {
-            self.train(learner, &rollouts, lr)?
+            self.train(learner, &rollouts, lr, step)?
         };
         let trained = training.elapsed().as_secs_f64();
 
@@ -650,14 +650,15 @@ impl GrpoTask {
     }
 
     /// `iterations` optimizer steps of `learner` on `rollouts` at learning
-    /// rate `lr` (the old log-probs of the ratio taken before the first
-    /// when there are several): the last step's metrics and the completion
-    /// tokens that counted.
+    /// rate `lr` for the run's step `step` (the old log-probs of the ratio
+    /// taken before the first when there are several): the last step's
+    /// metrics and the completion tokens that counted.
     fn train(
         &mut self,
         learner: &mut Learner<GrpoObjective>,
         rollouts: &[TrainSample],
         lr: f64,
+        step: usize,
     ) -> Result<(StepMetrics, usize)> {
         let c = &self.config;
         let sharing = PromptSharing {
@@ -693,9 +694,10 @@ impl GrpoTask {
                 reference.programs.append(&weights, shape, inputs)?;
             }
         }
-        let mut metrics = learner.train(shape, &uploaded, lr as f32)?;
-        for _ in 1..c.iterations {
-            metrics = learner.train(shape, &uploaded, lr as f32)?;
+        let first = (step * c.iterations) as u64;
+        let mut metrics = learner.train(shape, &uploaded, lr as f32, first)?;
+        for iteration in 1..c.iterations {
+            metrics = learner.train(shape, &uploaded, lr as f32, first + iteration as u64)?;
         }
         Ok((metrics, batch.tokens))
     }

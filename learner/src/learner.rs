@@ -9,7 +9,10 @@
 //! With LoRA adapters ([`Decoder::with_adapters`]) the learner trains the
 //! adapters alone: the base model is a frozen input of the train step (no
 //! gradient, no optimizer state), and what leaves for the fleet is the
-//! policy with the adapters merged in.
+//! policy with the adapters merged in. With adapter dropout
+//! ([`Decoder::with_adapter_dropout`]) each micro-batch of each update
+//! draws its own masks, numbered by the update and the micro-batch, so a
+//! resumed run draws the masks it would have drawn.
 //!
 //! Memory: parameters plus AdamW's two moments, three f32 copies of the
 //! model (split over the devices under FSDP) — with adapters, one copy of
@@ -136,37 +139,66 @@ impl<O: Objective> Learner<O> {
 
     /// One optimizer step at learning rate `lr` over `micro_batches` of
     /// `shape` (each the objective's inputs on the mesh, as
-    /// [`crate::batch::batch_input`] lays them out),
-    /// compiling the step for the shape on first use.
+    /// [`crate::batch::batch_input`] lays them out), compiling the step for
+    /// the shape on first use. `update` numbers the step within the run
+    /// (the same on a resumed run): it seeds the adapters' dropout masks.
     pub fn train(
         &mut self,
         shape: MicroBatchShape,
         micro_batches: &[Vec<ShardedBuffer>],
         lr: f32,
+        update: u64,
     ) -> Result<StepMetrics> {
         let key = (shape, micro_batches.len() > 1);
         if !self.steps.contains_key(&key) {
             let step = self.compile(shape, key.1)?;
             self.steps.insert(key, step);
         }
-        let inputs: Vec<Vec<&ShardedBuffer>> = micro_batches.iter().map(|m| m.iter().collect()).collect();
+        let draws = if self.decoder.adapter_dropout() > 0.0 {
+            (0..micro_batches.len())
+                .map(|micro| {
+                    let draw = ((update << 10) | micro as u64) as u32;
+                    crate::batch::batch_input(&self.client, &self.mesh, &[draw], &[])
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let inputs: Vec<Vec<&ShardedBuffer>> = micro_batches
+            .iter()
+            .enumerate()
+            .map(|(i, m)| m.iter().chain(draws.get(i)).collect())
+            .collect();
         Ok(self.steps[&key].step(&mut self.state, &inputs, lr)?)
     }
 
     /// Traces the objective's loss for micro-batches of `shape` and
-    /// compiles its train step on the mesh.
+    /// compiles its train step on the mesh (with adapter dropout, each
+    /// micro-batch's inputs end with its masks' draw number).
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
+        let dropout = self.decoder.adapter_dropout() > 0.0;
+        let mut batch = self.objective.batch_types(shape);
+        if dropout {
+            batch.push(TensorType::new(ElementType::U32, []));
+        }
         let spec = TrainStepSpec {
             params: types(trained_specs(&self.decoder), ElementType::F32),
             frozen: self.state.frozen.iter().map(|b| b.tensor_type().clone()).collect(),
-            batch: self.objective.batch_types(shape),
+            batch,
             optimizer: &self.optimization.optimizer,
             max_grad_norm: self.optimization.max_grad_norm,
             accumulate,
         };
         let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
             let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();
-            let params = in_dtype(&all, self.optimization.compute)?;
+            let mut params = in_dtype(&all, self.optimization.compute)?;
+            let batch = match (dropout, batch.split_last()) {
+                (true, Some((draw, inputs))) => {
+                    params.push(draw.clone());
+                    inputs
+                }
+                _ => batch,
+            };
             self.objective.loss(&self.decoder, &params, batch)
         };
         Ok(TrainStep::compile(&self.client, &spec, &self.mesh, loss)?)

@@ -77,6 +77,8 @@ struct Start {
     adapters: BTreeMap<String, HostTensor>,
     /// The dtype the learner holds the frozen base in (f32 without adapters).
     base_dtype: ElementType,
+    /// The adapters' dropout while training and the seed of its masks.
+    dropout: (f64, u64),
     checkpoint: Option<Resumed>,
 }
 
@@ -125,6 +127,7 @@ impl Start {
         }
         let tokenizer = Arc::new(tokenizer);
         let seed = lora.map_or(0, |l| l.seed);
+        let dropout = (lora.map_or(0.0, |l| l.dropout), seed);
         let base_dtype = lora.map_or(ElementType::F32, |l| l.base_dtype.element_type());
         let lora = lora.map(LoraSection::lora);
         let layers = match &lora {
@@ -148,6 +151,7 @@ impl Start {
             lora,
             adapters,
             base_dtype,
+            dropout,
             checkpoint,
         })
     }
@@ -171,8 +175,9 @@ impl Start {
     /// The policy's decoder: the model's, with the adapters when they train.
     fn decoder(&self) -> Result<Decoder> {
         let config = self.model.config.clone();
+        let (dropout, seed) = self.dropout;
         Ok(match &self.lora {
-            Some(lora) => Decoder::with_adapters(config, lora.clone())?,
+            Some(lora) => Decoder::with_adapters(config, lora.clone())?.with_adapter_dropout(dropout, seed)?,
             None => Decoder::new(config),
         })
     }

@@ -349,7 +349,7 @@ impl Task for SftTask {
         let batch = pack_examples(&examples, c.micro_batch_rows, c.max_length)?;
         let lr = c.schedule.at(step);
         let uploaded = upload_batch(&self.client, learner.mesh(), &batch)?;
-        let metrics = learner.train(batch.shape(), &uploaded, lr as f32)?;
+        let metrics = learner.train(batch.shape(), &uploaded, lr as f32, step as u64)?;
         let report = SftReport {
             step: step + 1,
             loss: metrics.loss,

@@ -71,7 +71,7 @@ fn invalid_values_name_their_key() {
             "[rollout.structured_outputs]\nstructural_tag = \"t\"\n",
             "rollout.structured_outputs",
         ),
-        ("[lora]\ndropout = 0.05\n", "lora.dropout"),
+        ("[lora]\ndropout = 1.0\n", "lora.dropout"),
         ("[lora]\ntarget_modules = []\n", "lora.target_modules"),
         ("[lora]\ntarget_modules = 3\n", "lora.target_modules"),
         ("[lora]\nuse_dora = true\n", "use_dora"),

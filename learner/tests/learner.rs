@@ -205,7 +205,7 @@ fn train_micro_batches(client: &Client, learner: &mut Learner<GrpoObjective>, ba
         .enumerate()
         .map(|(i, m)| m.upload(client, learner.mesh(), batch.micro_normalizer(i)).unwrap())
         .collect();
-    learner.train(batch.shape(), &inputs, 1e-2).unwrap()
+    learner.train(batch.shape(), &inputs, 1e-2, 0).unwrap()
 }
 
 /// The sum of the log-prob program's entropies over `rollouts`' trained tokens.
@@ -239,7 +239,7 @@ fn on_policy_step(client: &Client, decoder: &Decoder, weights: &dyn WeightSource
     let batch = packed.micro_batches[0]
         .upload(client, learner.mesh(), normalizer)
         .unwrap();
-    let metrics = learner.train(packed.shape(), &[batch], 1e-2).unwrap();
+    let metrics = learner.train(packed.shape(), &[batch], 1e-2, 0).unwrap();
     // On-policy the ratio is 1, the behaviour's importance weight too, and
     // nothing is clipped: loss = −Σ_b A_b·|b| / N.
     let want = on_policy_loss(&rollouts(&logprobs, &adv), normalizer);
@@ -343,7 +343,7 @@ fn a_grpo_step_follows_the_advantages_and_micro_batches_match_the_whole() {
     let batch = shared.micro_batches[0]
         .upload(&client, shared_learner.mesh(), normalizer)
         .unwrap();
-    let shared_metrics = shared_learner.train(shape, &[batch], 1e-2).unwrap();
+    let shared_metrics = shared_learner.train(shape, &[batch], 1e-2, 0).unwrap();
     assert!(
         (shared_metrics.loss - metrics.loss).abs() < 1e-6,
         "loss {} vs {}",
@@ -405,7 +405,7 @@ fn bf16_compute_on_f32_master_weights_follows_the_f32_step() {
         let batch = packed.micro_batches[0]
             .upload(&client, learner.mesh(), packed.normalizer)
             .unwrap();
-        let metrics = learner.train(packed.shape(), &[batch], 1e-3).unwrap();
+        let metrics = learner.train(packed.shape(), &[batch], 1e-3, 0).unwrap();
         let moved: Vec<f32> = learner
             .state()
             .params
@@ -489,7 +489,7 @@ fn engine_weights_are_the_parameters_copied_on_the_device_in_the_engine_dtype() 
     let batch = packed.micro_batches[0]
         .upload(&client, learner.mesh(), normalizer)
         .unwrap();
-    learner.train(packed.shape(), &[batch], 1e-2).unwrap();
+    learner.train(packed.shape(), &[batch], 1e-2, 0).unwrap();
     assert_ne!(
         learner.host_params().unwrap()[1].1.data,
         host[1].1.data,
@@ -545,7 +545,7 @@ fn tokens_outside_the_loss_mask_carry_nothing() {
     let batch = packed.micro_batches[0]
         .upload(&client, learner.mesh(), normalizer)
         .unwrap();
-    let metrics = learner.train(packed.shape(), &[batch], 1e-2).unwrap();
+    let metrics = learner.train(packed.shape(), &[batch], 1e-2, 0).unwrap();
     let want = on_policy_loss(&masked, normalizer);
     assert!(
         (f64::from(metrics.loss) - want).abs() < 1e-5,
@@ -639,16 +639,70 @@ fn adapters_train_alone_and_engines_get_them_merged_as_the_host_merges_them() {
     assert_eq!(on_host[norm].1.data, base[norm]);
 }
 
+/// Adapter dropout in the train step: one update number draws one set of
+/// masks (the same step twice is the same update), another number others,
+/// and either moves the adapters elsewhere than the step without dropout;
+/// the loss it reports is no longer the on-policy loss (ratios move off 1).
+#[test]
+fn adapter_dropout_draws_masks_by_update_number() {
+    let client = client();
+    let (decoder, weights, folder, samples) = adapted_samples(&client);
+    let source = beside(&weights, &folder);
+    let packed = pack(&samples, 4, 64, LossType::Dapo, 8).unwrap();
+    let step = |decoder: &Decoder, update: u64| {
+        let mut learner = learner(&client, decoder, &source, dapo(1.0), F32_CLIPPED);
+        let batch = packed.micro_batches[0]
+            .upload(&client, learner.mesh(), packed.normalizer)
+            .unwrap();
+        let metrics = learner.train(packed.shape(), &[batch], 1e-2, update).unwrap();
+        let moved: Vec<Vec<f32>> = learner
+            .host_params()
+            .unwrap()
+            .into_iter()
+            .map(|(_, t)| t.data)
+            .collect();
+        (metrics.loss, moved)
+    };
+    let dropped = decoder.clone().with_adapter_dropout(0.3, 5).unwrap();
+    let (loss, first) = step(&dropped, 7);
+    assert_eq!(
+        step(&dropped, 7),
+        (loss, first.clone()),
+        "one update number, one set of masks"
+    );
+    assert_ne!(step(&dropped, 8).1, first, "another update number, other masks");
+    let (plain_loss, plain) = step(&decoder, 7);
+    assert_ne!(plain, first, "dropout changes the step");
+    let on_policy = on_policy_loss(&samples, packed.normalizer);
+    assert!((f64::from(plain_loss) - on_policy).abs() < 1e-5);
+    assert!(
+        (f64::from(loss) - on_policy).abs() > 1e-5,
+        "masked forwards move the ratios off 1"
+    );
+}
+
+/// `folder`'s adapters beside the base `weights`.
+fn beside<'a>(weights: &'a Safetensors, folder: &'a AdapterFolder) -> WithAdapters<'a> {
+    WithAdapters {
+        base: weights,
+        adapters: &folder.tensors,
+    }
+}
+
+/// The adapted fixture and the four sequences as on-policy samples of it.
+fn adapted_samples(client: &Client) -> (Decoder, Safetensors, AdapterFolder, Vec<TrainSample>) {
+    let (decoder, weights, folder) = adapted_fixture();
+    let (_, logprobs, adv) = scored(client, &decoder, &beside(&weights, &folder), 1.0);
+    let samples = rollouts(&logprobs, &adv);
+    (decoder, weights, folder, samples)
+}
+
 #[test]
 fn a_bf16_base_takes_half_the_memory_and_trains_the_adapters_as_the_f32_base() {
     let client = client();
-    let (decoder, weights, folder) = adapted_fixture();
-    let source = WithAdapters {
-        base: &weights,
-        adapters: &folder.tensors,
-    };
-    let (_, logprobs, adv) = scored(&client, &decoder, &source, 1.0);
-    let packed = pack(&rollouts(&logprobs, &adv), 4, 64, LossType::Dapo, 8).unwrap();
+    let (decoder, weights, folder, samples) = adapted_samples(&client);
+    let source = beside(&weights, &folder);
+    let packed = pack(&samples, 4, 64, LossType::Dapo, 8).unwrap();
     let device = client.device(0).unwrap();
     let step = |base_dtype: ElementType| {
         let mut params = upload_tensors(&client, device, decoder.base_parameters(), &source, base_dtype).unwrap();

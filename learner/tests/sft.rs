@@ -129,7 +129,7 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     assert_eq!(packed.normalizer, 13.0);
     let mut whole = learner();
     let inputs = upload_batch(&client, whole.mesh(), &packed).unwrap();
-    let metrics = whole.train(packed.shape(), &inputs, 1e-2).unwrap();
+    let metrics = whole.train(packed.shape(), &inputs, 1e-2, 0).unwrap();
     let loss = f64::from(metrics.loss);
     assert!((loss - want).abs() < 1e-5 * want, "loss {loss} vs host {want}");
     assert!(
@@ -144,7 +144,7 @@ fn the_sft_loss_is_the_mean_completion_nll_and_micro_batches_match_the_whole() {
     assert_eq!(halves.micro_batches.len(), 2);
     let mut micro = learner();
     let inputs = upload_batch(&client, micro.mesh(), &halves).unwrap();
-    let micro_metrics = micro.train(halves.shape(), &inputs, 1e-2).unwrap();
+    let micro_metrics = micro.train(halves.shape(), &inputs, 1e-2, 0).unwrap();
     assert!((f64::from(micro_metrics.loss) - loss).abs() < 1e-5 * loss);
     assert!((micro_metrics.grad_norm - metrics.grad_norm).abs() < 1e-4 * metrics.grad_norm.max(1.0));
     // AdamW's first step moves a weight by lr·g/(|g| + ε): where a gradient

@@ -14,7 +14,7 @@
 //! ([`Decoder::with_adapter_slots`]) holds several adapters side by side
 //! and lets each row of a batch pick its own.
 
-use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs};
+use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs, uniform};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -40,6 +40,17 @@ struct Adapters {
     layers: Vec<String>,
     /// Whether each row picks its adapters ([`Decoder::with_adapter_slots`]).
     per_row: bool,
+    /// Dropout on the adapters' inputs while training ([`Decoder::with_adapter_dropout`]).
+    dropout: Option<AdapterDropout>,
+}
+
+/// PEFT's `lora_dropout`, as a decoder applies it in training.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct AdapterDropout {
+    /// The probability of dropping each input value.
+    p: f64,
+    /// The seed of the masks.
+    seed: u64,
 }
 
 /// Most tokens whose logits exist at once in [`Decoder::token_logprobs`].
@@ -51,6 +62,8 @@ pub struct Weights<'a> {
     tensors: &'a [Tensor],
     /// Each row's adapter columns, for a decoder with adapter slots.
     columns: Option<&'a Tensor>,
+    /// The draw number of the adapters' dropout masks (u32), while training.
+    draw: Option<&'a Tensor>,
 }
 
 impl<'a> Weights<'a> {
@@ -185,6 +198,25 @@ enum CacheRows<'a> {
     Chosen(&'a Tensor),
 }
 
+/// `x` with each value dropped (zeroed) with probability `dropout.p` and
+/// the rest scaled by `1/(1−p)`, the mask drawn from the seed, the adapted
+/// layer's `index` and the `draw` number (u32 scalar).
+fn drop_values(x: &Tensor, dropout: AdapterDropout, index: usize, draw: &Tensor) -> Result<Tensor> {
+    let graph = x.graph();
+    let stream = dropout.seed ^ (index as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let state = Tensor::concatenate(
+        &[
+            &graph.constant(&[stream], &[1])?,
+            &draw.convert(ElementType::U64)?.reshape(&[1])?,
+        ],
+        0,
+    )?;
+    let (_, u) = uniform(&state, x.dims(), ElementType::F32)?;
+    let kept = u.ge(&u.scalar_like(dropout.p)?)?;
+    let scaled = x.mul_scalar(1.0 / (1.0 - dropout.p))?;
+    kept.select(&scaled, &x.zeros_like()?)
+}
+
 /// `dims` with the last axis of size 1.
 fn keep_last(dims: &[i64]) -> Vec<i64> {
     let mut kept = dims.to_vec();
@@ -216,8 +248,45 @@ impl Decoder {
             lora,
             layers: layers.into_iter().map(|l| l.name).collect(),
             per_row: false,
+            dropout: None,
         });
         Ok(decoder)
+    }
+
+    /// The same decoder whose adapters drop each value of their input with
+    /// probability `p` while training (PEFT's `lora_dropout`: `B·A·drop(x)`,
+    /// kept values scaled by `1/(1−p)`). A forward given a draw number (a
+    /// `u32` scalar after the parameters, [`Decoder::dropout_draw`]) draws
+    /// masks from `seed` and that number — every adapted layer its own —
+    /// and one given none is the evaluation forward, without dropout. A
+    /// decoder without adapters, or `p` outside `[0, 1)`, is refused.
+    pub fn with_adapter_dropout(mut self, p: f64, seed: u64) -> crate::Result<Decoder> {
+        let bad = |message: String| crate::Error::Config {
+            field: "lora.dropout".to_string(),
+            message,
+        };
+        if !(0.0..1.0).contains(&p) {
+            return Err(bad(format!("the dropout must be in [0, 1), got {p}")));
+        }
+        match self.adapters.as_mut() {
+            Some(adapters) if !adapters.per_row => {
+                adapters.dropout = (p > 0.0).then_some(AdapterDropout { p, seed });
+                Ok(self)
+            }
+            _ => Err(bad("dropout needs a decoder with trained adapters".to_string())),
+        }
+    }
+
+    /// The probability its adapters drop an input value while training (0: none).
+    pub fn adapter_dropout(&self) -> f64 {
+        self.adapters.as_ref().and_then(|a| a.dropout).map_or(0.0, |d| d.p)
+    }
+
+    /// Adds the draw number of the dropout masks (a `u32` scalar) to
+    /// `graph`: the input a training forward of a decoder with adapter
+    /// dropout takes after its parameters.
+    pub fn dropout_draw(&self, graph: &grpo_xla::trace::Graph) -> Result<Tensor> {
+        graph.parameter(ElementType::U32, &[])
     }
 
     /// The decoder of `config` with `slots` adapters of rank up to `rank`
@@ -288,7 +357,14 @@ impl Decoder {
         let y = linear(x, w.get(&format!("{layer}.weight"))?, b)?;
         match &self.adapters {
             Some(adapters) if adapters.layers.iter().any(|l| l == layer) => {
-                let low = linear(x, w.get(&format!("{layer}.lora_A.weight"))?, None)?;
+                let input = match (adapters.dropout, w.draw) {
+                    (Some(dropout), Some(draw)) => {
+                        let index = adapters.layers.iter().position(|l| l == layer).unwrap_or(0);
+                        drop_values(x, dropout, index, draw)?
+                    }
+                    _ => x.clone(),
+                };
+                let low = linear(&input, w.get(&format!("{layer}.lora_A.weight"))?, None)?;
                 let b_weight = w.get(&format!("{layer}.lora_B.weight"))?;
                 match (adapters.per_row, w.columns) {
                     (true, None) => Err(grpo_xla::Error::Trace {
@@ -331,17 +407,16 @@ impl Decoder {
     }
 
     /// Wraps traced parameter tensors (in [`Decoder::parameters`] order,
-    /// then the rows' adapter columns for a decoder with adapter slots).
+    /// then the rows' adapter columns for a decoder with adapter slots, or
+    /// the dropout draw number in a training forward of one with adapter dropout).
     pub fn weights<'a>(&'a self, tensors: &'a [Tensor]) -> Weights<'a> {
         let count = self.params.len();
+        let extra = tensors.get(count);
         Weights {
             specs: &self.params,
             tensors: &tensors[..count.min(tensors.len())],
-            columns: if self.has_adapter_slots() {
-                tensors.get(count)
-            } else {
-                None
-            },
+            columns: extra.filter(|_| self.has_adapter_slots()),
+            draw: extra.filter(|_| self.adapter_dropout() > 0.0),
         }
     }
 

@@ -57,9 +57,22 @@ fn logprobs_and_adapter_grads(
     decoder: &Decoder,
     weights: &dyn WeightSource,
 ) -> (Vec<f32>, Vec<Vec<f32>>) {
+    logprobs_and_adapter_grads_drawn(family, decoder, weights, None)
+}
+
+/// The same, in a training forward with dropout masks of draw `draw` when given.
+fn logprobs_and_adapter_grads_drawn(
+    family: &str,
+    decoder: &Decoder,
+    weights: &dyn WeightSource,
+    draw: Option<u32>,
+) -> (Vec<f32>, Vec<Vec<f32>>) {
     let (ids, mask, b, t) = inputs(family);
     let graph = Graph::new("lora");
-    let params = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
+    let mut params = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
+    if draw.is_some() {
+        params.push(decoder.dropout_draw(&graph).unwrap());
+    }
     let ids_in = graph.parameter(ElementType::S32, &[b, t]).unwrap();
     let mask_in = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
     let (logprobs, _) = decoder.token_logprobs(&params, &ids_in, &mask_in, t - 1, 1.0).unwrap();
@@ -68,7 +81,9 @@ fn logprobs_and_adapter_grads(
         .select(&logprobs.ones_like().unwrap(), &logprobs.zeros_like().unwrap())
         .unwrap();
     let total = logprobs.mul(&weight).unwrap().sum_all().unwrap();
-    let adapters: Vec<&Tensor> = params[decoder.base_parameters().len()..].iter().collect();
+    let adapters: Vec<&Tensor> = params[decoder.base_parameters().len()..decoder.parameters().len()]
+        .iter()
+        .collect();
     let grads = grad(&total, &adapters).unwrap();
     let mut outputs = vec![&logprobs];
     outputs.extend(grads.iter());
@@ -78,7 +93,8 @@ fn logprobs_and_adapter_grads(
     let buffers = upload_parameters(&client, device, decoder, weights, ElementType::F32).unwrap();
     let ids = client.buffer_from_host(&ids, &[b, t], device).unwrap();
     let mask = client.buffer_from_host(&mask, &[b, t], device).unwrap();
-    let mut args: Vec<&grpo_xla::Buffer> = buffers.iter().collect();
+    let draw = draw.map(|d| client.buffer_from_host(&[d], &[], device).unwrap());
+    let mut args: Vec<&grpo_xla::Buffer> = buffers.iter().chain(&draw).collect();
     args.push(&ids);
     args.push(&mask);
     let out = program.execute(&args).unwrap();
@@ -291,5 +307,77 @@ fn a_grpo_made_adapter_folder_scores_as_peft_scores_it() {
     assert!(
         difference <= 1e-4,
         "grpo's adapters score {difference} away from PEFT's reading of them"
+    );
+}
+
+#[test]
+fn adapter_dropout_draws_masks_per_draw_and_keeps_gradients_exact() {
+    let config = ModelConfig::from_file(parity("llama").join("config.json")).unwrap();
+    let folder = AdapterFolder::read(&lora_fixture("llama").join("adapter"), &config).unwrap();
+    let base = Safetensors::open_dir(parity("llama")).unwrap();
+    let plain = Decoder::with_adapters(config.clone(), folder.lora.clone()).unwrap();
+    let dropped = plain.clone().with_adapter_dropout(0.5, 7).unwrap();
+    let mask = Safetensors::open_files(&[lora_fixture("llama").join("expected.safetensors")])
+        .unwrap()
+        .tensor("mask")
+        .unwrap()
+        .data;
+    let run = |adapters: &std::collections::BTreeMap<String, grpo_model::weights::HostTensor>, draw| {
+        let source = WithAdapters { base: &base, adapters };
+        logprobs_and_adapter_grads_drawn("llama", &dropped, &source, draw)
+    };
+
+    // Without a draw number it is the evaluation forward: no dropout.
+    let (evaluation, _) = run(&folder.tensors, None);
+    let source = WithAdapters {
+        base: &base,
+        adapters: &folder.tensors,
+    };
+    let (want, _) = logprobs_and_adapter_grads("llama", &plain, &source);
+    assert_eq!(evaluation, want);
+    // One draw gives one set of masks; another draw others.
+    let (first, grads) = run(&folder.tensors, Some(1));
+    let (again, grads_again) = run(&folder.tensors, Some(1));
+    let (second, _) = run(&folder.tensors, Some(2));
+    assert_eq!((&first, &grads), (&again, &grads_again), "a draw's masks are fixed");
+    assert!(worst(&first, &second, &mask) > 1e-3, "other draws, other masks");
+    assert!(worst(&first, &evaluation, &mask) > 1e-3, "dropout changes the forward");
+
+    // Under fixed masks the gradient is the derivative: central differences
+    // of the masked log-prob sum along the largest gradient entry of an adapter B.
+    let total = |logprobs: &[f32]| -> f64 { logprobs.iter().zip(&mask).map(|(l, m)| f64::from(l * m)).sum() };
+    let (index, spec) = dropped
+        .adapter_parameters()
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.name.ends_with("lora_B.weight"))
+        .unwrap();
+    let (at, &analytic) = grads[index]
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+        .unwrap();
+    let eps = 1e-2f32;
+    let moved = |delta: f32| {
+        let mut adapters = folder.tensors.clone();
+        adapters.get_mut(&spec.name).unwrap().data[at] += delta;
+        total(&run(&adapters, Some(1)).0)
+    };
+    let numeric = (moved(eps) - moved(-eps)) / (2.0 * f64::from(eps));
+    println!(
+        "d/d{}[{at}]: autodiff {analytic}, central difference {numeric}",
+        spec.name
+    );
+    assert!(
+        (numeric - f64::from(analytic)).abs() <= 2e-2 * f64::from(analytic.abs()).max(1e-2),
+        "autodiff {analytic} vs central difference {numeric}"
+    );
+
+    for bad in [-0.1, 1.0, f64::NAN] {
+        assert!(plain.clone().with_adapter_dropout(bad, 0).is_err(), "{bad}");
+    }
+    assert!(
+        Decoder::new(config).with_adapter_dropout(0.1, 0).is_err(),
+        "no adapters, no dropout"
     );
 }

@@ -23,7 +23,10 @@ pub struct LoraSection {
     /// above 0 and at most 1e6. Default 16.
     #[serde(alias = "lora_alpha")]
     pub alpha: f64,
-    /// Dropout on the adapters' input: only 0 (none) is supported. Default 0.
+    /// The probability of dropping each value of an adapter's input while
+    /// training (PEFT's `lora_dropout`; kept values scaled by 1/(1−p)),
+    /// in [0, 1). Each micro-batch of each update draws its own masks
+    /// from `seed`; log-probs outside the train step use none. Default 0.
     #[serde(alias = "lora_dropout")]
     pub dropout: f64,
     /// Which linear layers get adapters: "all-linear" (default: every
@@ -33,7 +36,8 @@ pub struct LoraSection {
     pub target_modules: TargetModules,
     /// rsLoRA's scaling α/√r. Default false.
     pub use_rslora: bool,
-    /// The seed of the adapters' initialization (A Kaiming-uniform, B zero). Default 0.
+    /// The seed of the adapters' initialization (A Kaiming-uniform, B zero)
+    /// and of their dropout masks. Default 0.
     pub seed: u64,
     /// The dtype the learner holds the frozen base model in: "f32"
     /// (default) or "bf16" (half its memory; the train step reads it in
@@ -87,9 +91,9 @@ impl LoraSection {
         )?;
         require(
             "lora.dropout",
-            self.dropout == 0.0,
+            (0.0..1.0).contains(&self.dropout),
             self.dropout,
-            "grpo trains adapters without dropout: only 0 is supported",
+            "at least 0 and below 1",
         )?;
         if matches!(&self.target_modules, TargetModules::List(names) if names.is_empty()) {
             return Err(Error::Config {

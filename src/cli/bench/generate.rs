@@ -21,6 +21,11 @@
 //! unguided ones by the guide's work alone — its masks on the host
 //! (reported as a share of the decode time) and the masked decode program.
 //!
+//! With `--loras N` the engine serves N random LoRA adapters of rank
+//! `--lora-rank` on every linear layer side by side (`max_loras` = N), and
+//! request `i` of a batch uses adapter `i mod N`: what a batch mixing
+//! adapters costs against the base model's (`--loras 0`, the default).
+//!
 //! The batch-1 bandwidth limit is the measured host copy bandwidth over the
 //! bytes of all parameters in the chosen dtype (every weight is read once per
 //! decoded token; the tied embedding is the lm_head matrix). The bandwidth is
@@ -33,6 +38,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
+use grpo_model::lora::{LoraConfig, Targets, new_adapters};
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
 use grpo_rollout::engine::{Engine, EngineConfig};
@@ -84,6 +90,13 @@ pub struct GenerateArgs {
     /// outputs); its answers must outlast `--new-tokens`.
     #[arg(long)]
     json_schema: Option<PathBuf>,
+    /// Random LoRA adapters on every linear layer the engine serves side by
+    /// side; request i of a batch uses adapter i mod N (0: the base model).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64))]
+    loras: usize,
+    /// The adapters' rank.
+    #[arg(long, default_value_t = 16, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    lora_rank: usize,
     #[command(flatten)]
     timing: TimingArgs,
 }
@@ -138,6 +151,12 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         );
     }
 
+    if args.loras > 0 && !args.timing.json {
+        println!(
+            "{} LoRA adapters of rank {} on every linear layer; request i of a batch uses adapter i mod {}",
+            args.loras, args.lora_rank, args.loras
+        );
+    }
     let guide = match &args.json_schema {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -154,21 +173,31 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             max_num_seqs: batch,
             max_model_len,
             dtype,
+            max_loras: args.loras,
+            max_lora_rank: args.lora_rank,
             ..EngineConfig::default()
         };
         let mut engine = Engine::new(&client, decoder.clone(), params, config)?.with_tokenizer(tokenizer.clone());
+        let adapters = (0..args.loras)
+            .map(|seed| {
+                let (lora, tensors) = random_adapter(&model.config, args.lora_rank, seed as u64)?;
+                Ok(Some(engine.load_adapter(&lora, &tensors)?))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         let requests = |max_tokens: usize| -> Vec<Request> {
-            let request = Request {
-                prompt: prompt.clone(),
-                params: SamplingParams {
-                    max_tokens,
-                    temperature: 0.0,
-                    ignore_eos: guide.is_none(),
-                    guide: guide.clone(),
-                    ..SamplingParams::default()
-                },
-            };
-            vec![request; batch]
+            (0..batch)
+                .map(|i| Request {
+                    prompt: prompt.clone(),
+                    params: SamplingParams {
+                        max_tokens,
+                        temperature: 0.0,
+                        ignore_eos: guide.is_none(),
+                        guide: guide.clone(),
+                        adapter: adapters.get(i % adapters.len().max(1)).copied().flatten(),
+                        ..SamplingParams::default()
+                    },
+                })
+                .collect()
         };
         let (first, full) = (requests(1), requests(1 + args.new_tokens));
         let mut prefill_s = Vec::with_capacity(runs);
@@ -211,7 +240,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                  \"prompt_tokens\": {}, \"new_tokens\": {}, \"prefill_ms\": {:.3}, \"full_ms\": {:.3}, \
                  \"prefill_tokens_per_s\": {prefill_rate:.3}, \"decode_tokens_per_s\": {decode_rate:.3}, \"runs\": {}, \
                  \"weight_bytes\": {weight_bytes}, \"copy_gbps\": {:.3}, \"bandwidth_tokens_per_s\": {limit:.3}, \
-                 \"load_1m\": {}, \"guide\": \"{guided}\", \"mask_share\": {mask_share:.4}{fraction}}}",
+                 \"load_1m\": {}, \"guide\": \"{guided}\", \"mask_share\": {mask_share:.4}, \"loras\": {}, \
+                 \"lora_rank\": {}{fraction}}}",
                 model_label(&args.model),
                 args.dtype,
                 args.prompt_tokens,
@@ -221,6 +251,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                 runs,
                 bandwidth / 1e9,
                 load_average().map_or("null".to_string(), |load| format!("{load:.2}")),
+                args.loras,
+                args.lora_rank,
             );
         } else {
             let fraction = if batch == 1 {
@@ -253,6 +285,33 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
         std::fs::write(path, format!("{file}\n")).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// A LoRA adapter of `rank` on every linear layer of the model of
+/// `config`: PEFT's `A` from `seed` and a small non-zero `B`, so it
+/// changes what the model draws.
+fn random_adapter(
+    config: &grpo_model::config::ModelConfig,
+    rank: usize,
+    seed: u64,
+) -> anyhow::Result<(LoraConfig, Vec<(String, grpo_model::weights::HostTensor)>)> {
+    let lora = LoraConfig {
+        rank,
+        alpha: rank as f64,
+        targets: Targets::AllLinear,
+        use_rslora: false,
+    };
+    let mut tensors = new_adapters(&lora.layers(config)?, rank, seed)?;
+    for (name, tensor) in tensors.iter_mut().filter(|(n, _)| n.ends_with("lora_B.weight")) {
+        let mut state = seed.wrapping_add(name.len() as u64) | 1;
+        for value in tensor.data.iter_mut() {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *value = ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.02;
+        }
+    }
+    Ok((lora, tensors.into_iter().collect()))
 }
 
 /// Exactly `count` ids of [`PROMPT_TEXT`], repeated as often as needed.

@@ -174,9 +174,9 @@ impl Server {
     }
 
     /// Loads the PEFT adapter folder `path` to serve as `name` (as
-    /// `/v1/load_lora_adapter` does; see [`adapters::load`]).
+    /// `/v1/load_lora_adapter` does; see [`routes::lora::load_adapter`]).
     pub async fn load_adapter(&self, name: &str, path: &str) -> Result<()> {
-        adapters::load(&self.state, name, path).await
+        routes::lora::load_adapter(&self.state, name, path).await
     }
 
     /// The address it listens on.

@@ -14,6 +14,7 @@ use std::time::Duration;
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::{ParsedTurn, Tool};
 use grpo_reward::BoxFuture;
+use grpo_rollout::guided::Guide;
 use serde_json::{Map, Value};
 
 use crate::toolbox::Toolbox;
@@ -42,6 +43,10 @@ pub enum Reply {
         /// an unknown tool, arguments refused, the tool failed): TRL's
         /// `tools/failure_frequency` counts them.
         failed_calls: usize,
+        /// What the model's next turn must be (guided decoding), in place of
+        /// the row's or the run's guide for that turn alone; `None` keeps
+        /// theirs.
+        guide: Option<Guide>,
     },
     /// The episode is over.
     Done {
@@ -124,6 +129,7 @@ impl Environment for ToolEnvironment {
                     .map(|outcome| ChatMessage::new("tool", outcome.text()))
                     .collect(),
                 failed_calls: outcomes.iter().filter(|o| o.failed()).count(),
+                guide: None,
             }
         };
         Box::pin(async move { Ok(reply) })
@@ -163,7 +169,10 @@ mod tests {
         assert_eq!(env.tools()[0].name, "calculate");
         let text = "<tool_call>{\"name\": \"calculate\", \"arguments\": {\"expression\": \"12*12\"}}</tool_call>\
                     <tool_call>{\"name\": \"calculate\", \"arguments\": {}}</tool_call>";
-        let Reply::Continue { messages, failed_calls } = step(&env, text) else {
+        let Reply::Continue {
+            messages, failed_calls, ..
+        } = step(&env, text)
+        else {
             panic!("calls continue the episode")
         };
         assert_eq!(failed_calls, 1);

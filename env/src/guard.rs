@@ -23,6 +23,7 @@ use std::time::Duration;
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::Tool;
 use grpo_reward::OnError;
+use grpo_rollout::guided::Guide;
 use serde::Serialize;
 
 use crate::Error;
@@ -37,6 +38,8 @@ pub enum Answer {
         messages: Vec<ChatMessage>,
         /// Of the turn's tool calls, those that could not run.
         failed_calls: usize,
+        /// What the next turn must be, if the environment said (see [`Reply::Continue`]).
+        guide: Option<Guide>,
     },
     /// The environment ended the episode.
     Done {
@@ -131,8 +134,16 @@ impl GuardedEnvironment {
             Some(reply) => reply,
         };
         let cause = match reply {
-            Ok(Reply::Continue { messages, failed_calls }) => {
-                return Ok(Answer::Continue { messages, failed_calls });
+            Ok(Reply::Continue {
+                messages,
+                failed_calls,
+                guide,
+            }) => {
+                return Ok(Answer::Continue {
+                    messages,
+                    failed_calls,
+                    guide,
+                });
             }
             Ok(Reply::Done { reward }) => return Ok(Answer::Done { reward }),
             Err(cause) => cause,

@@ -58,6 +58,7 @@ fn answer(row: &Map<String, Value>, text: &str) -> Result<Reply, EnvironmentErro
         Ok(Reply::Continue {
             messages: vec![ChatMessage::new("user", text)],
             failed_calls: 0,
+            guide: None,
         })
     };
     match last_number(text) {
@@ -137,6 +138,7 @@ mod tests {
         Ok(Reply::Continue {
             messages: vec![ChatMessage::new("user", text)],
             failed_calls: 0,
+            guide: None,
         })
     }
 

@@ -12,12 +12,15 @@ use common::{Episode, fault, python, said, turn};
 use grpo_env::Error;
 use grpo_env::config::{EnvironmentConfig, EnvironmentKind};
 use grpo_env::guard::{Answer, GuardedEnvironment};
+use grpo_model::chat::ChatMessage;
 use grpo_reward::OnError;
+use grpo_rollout::guided::Guide;
 use serde_json::json;
 
 /// A user file: one tool; a turn calling it gets a tool message per call;
 /// "done" ends with reward 1, "none" without; "crash" exits, "hang" sleeps,
-/// "raise" raises, "empty" returns [], "pid" answers the process id.
+/// "raise" raises, "empty" returns [], "pid" answers the process id, "ask"
+/// asks a question whose answer it guides.
 const USER: &str = r#"
 import os, time
 
@@ -46,6 +49,8 @@ def step(messages, secret, **row):
         return 1.0
     if text == "none":
         return None
+    if text == "ask":
+        return {"messages": "Yes or no?", "structured_outputs": {"choice": ["yes", "no"]}}
     return f"Turn {len(messages) // 2}, secret {secret}."
 "#;
 
@@ -87,6 +92,14 @@ async fn a_python_environment_offers_tools_answers_calls_and_ends_with_a_reward(
         ["user: Turn 2, secret 42."]
     );
     assert_eq!(
+        turn(&environment, &mut episode, "ask").await,
+        Answer::Continue {
+            messages: vec![ChatMessage::new("user", "Yes or no?")],
+            failed_calls: 0,
+            guide: Some(Guide::Choice(vec!["yes".into(), "no".into()])),
+        }
+    );
+    assert_eq!(
         turn(&environment, &mut episode, "done").await,
         Answer::Done { reward: Some(1.0) }
     );
@@ -95,7 +108,7 @@ async fn a_python_environment_offers_tools_answers_calls_and_ends_with_a_reward(
         Answer::Done { reward: None }
     );
     environment.end(7).await;
-    assert_eq!(environment.metrics().calls, 4);
+    assert_eq!(environment.metrics().calls, 5);
     assert_eq!(environment.metrics().faults, 0);
 }
 

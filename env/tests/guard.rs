@@ -38,12 +38,14 @@ impl Environment for Scripted {
                 "empty" => Ok(Reply::Continue {
                     messages: Vec::new(),
                     failed_calls: 0,
+                    guide: None,
                 }),
                 "nan" => Ok(Reply::Done { reward: Some(f32::NAN) }),
                 "done" => Ok(Reply::Done { reward: Some(1.0) }),
                 _ => Ok(Reply::Continue {
                     messages: vec![ChatMessage::new("user", "ok")],
                     failed_calls: 2,
+                    guide: None,
                 }),
             }
         })

@@ -20,6 +20,10 @@ one of:
     a string                       the episode goes on; the model reads it as a "user" message
     a message dict or a list of them ({"role": "user" | "tool" | ..., "content": "..."})
                                    the episode goes on with these messages
+    {"messages": <any of the above>, "structured_outputs": {...}}
+                                   the episode goes on, and the model's next turn is guided
+                                   (vLLM's structured_outputs: {"json": schema}, {"regex": "..."},
+                                   {"choice": [...]}, {"grammar": "..."} or {"json_object": True})
     a number (or a bool)           the episode ends with this reward
     None                           the episode ends without an environment reward
                                    (the run's [[reward]] tables score it)
@@ -39,6 +43,7 @@ Protocol (JSON lines; stdlib only):
     stdout: {"id": 0, "tools": [...]}
     stdin:  {"id": 1, "method": "step", "episode": 12, "row": {...}, "messages": [...]}
     stdout: {"id": 1, "messages": [...]}   or   {"id": 1, "done": true, "reward": 1.0}
+            (with "structured_outputs": {...} when step asked for a guided next turn)
     stdin:  {"id": 2, "method": "end", "episode": 12}
     stdout: {"id": 2}
 
@@ -83,6 +88,11 @@ def answer(result):
         if not math.isfinite(reward):
             raise ValueError(f"step returned the reward {reward}; give a finite number, or None for no reward")
         return {"done": True, "reward": reward}
+    if isinstance(result, dict) and "messages" in result:
+        guided = answer(result["messages"])
+        if "messages" not in guided:
+            raise TypeError(f"step returned messages {result['messages']!r}; give a string, a message or a list of them")
+        return dict(guided, structured_outputs=result.get("structured_outputs"))
     if isinstance(result, str):
         return {"messages": [{"role": "user", "content": result}]}
     if isinstance(result, dict):

@@ -32,6 +32,7 @@ use grpo_env::environment::EpisodeView;
 use grpo_env::guard::{Answer, GuardedEnvironment};
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::{ParsedTurn, Tool, parse_tool_calls};
+use grpo_rollout::guided::Guide;
 use grpo_rollout::output::{Completion, FinishReason};
 use grpo_rollout::request::{Request, SamplingParams};
 use serde_json::{Map, Value};
@@ -159,6 +160,9 @@ struct Live<'a> {
     row: usize,
     /// The seed its later turns derive from.
     seed: u32,
+    /// What its next turn must be, as the environment said last (`None`:
+    /// its row's settings alone).
+    guide: Option<Guide>,
     /// The prompt's ids then every token so far.
     ids: Vec<u32>,
     /// Every message so far, the prompt's first.
@@ -177,7 +181,8 @@ struct Live<'a> {
 
 /// Runs `n` episodes of each of `rows` (row `i`'s first turn
 /// sampled with `params(i)`, its `n` the group size; later turns with the
-/// same settings, one sample each), at most `concurrency` live at once (a
+/// same settings, one sample each, guided as the environment's last answer
+/// says where it says), at most `concurrency` live at once (a
 /// row's episodes start together, so a row of more starts alone). The
 /// episodes' ids are `first_id` on, in order; the environment is told of
 /// each one's end.
@@ -199,7 +204,6 @@ pub fn run_episodes(
     let mut requests = Vec::new();
     let mut prefer = Vec::new();
     let mut started = 0;
-    let template_params = params(0);
     let mut finished: Vec<(usize, usize, Episode)> = Vec::new();
     loop {
         // Rows start while their episodes fit beside the live ones.
@@ -255,13 +259,15 @@ pub fn run_episodes(
                 None => {
                     let used = episode.episode.tokens.len();
                     let turn = episode.episode.turns as u32;
+                    let row = params(episode.row);
                     requests.push(Request {
                         prompt: episode.ids.clone(),
                         params: SamplingParams {
                             n: 1,
                             max_tokens: budget.max_turn_tokens.min(budget.max_episode_tokens - used),
                             seed: episode.seed.wrapping_add(turn.wrapping_mul(0x9E37_79B9)),
-                            ..template_params.clone()
+                            guide: episode.guide.take().or(row.guide),
+                            ..row
                         },
                     });
                     prefer.push(Some(episode.member));
@@ -304,6 +310,7 @@ fn start_row<'a>(
             id: first_id + *started as u64,
             row: i,
             seed: first.sample_seed(j),
+            guide: None,
             ids: prompt.ids.clone(),
             messages: messages.clone(),
             rendered: prompt.text.clone(),
@@ -393,8 +400,13 @@ fn answer(
             episode.episode.skipped = true;
             return Ok(Some(EpisodeEnd::Fault));
         }
-        Answer::Continue { messages, failed_calls } => {
+        Answer::Continue {
+            messages,
+            failed_calls,
+            guide,
+        } => {
             episode.episode.failed_tool_calls += failed_calls;
+            episode.guide = guide;
             messages
         }
     };

@@ -24,10 +24,12 @@ use grpo_model::decoder::Decoder;
 use grpo_model::init::{Preset, preset_config, random_weights};
 use grpo_model::load::upload_parameters;
 use grpo_model::logprobs::LogprobsRunner;
+use grpo_model::tokenizer::Tokenizer;
 use grpo_model::tools::Tool;
 use grpo_model::weights::{Safetensors, save_safetensors};
 use grpo_reward::{BoxFuture, OnError};
 use grpo_rollout::engine::{Engine, EngineConfig};
+use grpo_rollout::guided::Guide;
 use grpo_rollout::request::SamplingParams;
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
@@ -56,6 +58,7 @@ impl Environment for GoOn {
             Reply::Continue {
                 messages: vec![ChatMessage::new("user", format!("go on {taken}"))],
                 failed_calls: 0,
+                guide: None,
             }
         };
         Box::pin(async move { Ok(reply) })
@@ -68,6 +71,7 @@ struct Setup {
     decoder: Decoder,
     params: Vec<Buffer>,
     encoder: PromptEncoder,
+    tokenizer: Arc<Tokenizer>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -97,11 +101,13 @@ fn setup() -> Setup {
     .unwrap();
     let weights = Safetensors::open_dir(dir.path()).unwrap();
     let params = upload_parameters(&client, client.device(0).unwrap(), &decoder, &weights, ElementType::F32).unwrap();
+    let tokenizer = Arc::new(tokenizer);
     Setup {
         client,
         decoder,
         params,
-        encoder: PromptEncoder::new(Arc::new(tokenizer)).unwrap(),
+        encoder: PromptEncoder::new(tokenizer.clone()).unwrap(),
+        tokenizer,
         runtime: tokio::runtime::Runtime::new().unwrap(),
     }
 }
@@ -440,6 +446,7 @@ impl Environment for Flaky {
             Ok(Reply::Continue {
                 messages: vec![ChatMessage::new("user", "go on")],
                 failed_calls: 0,
+                guide: None,
             })
         };
         Box::pin(async move { reply })
@@ -554,5 +561,99 @@ fn a_turn_of_only_a_malformed_call_renders_after_its_prompt() {
             .strip_prefix(sampled_after.as_str())
             .unwrap_or_else(|| panic!("{text}: the turn renders as {with_turn:?}, not after {sampled_after:?}"));
         assert!(added.contains(text), "{text}: the turn's text is kept: {added:?}");
+    }
+}
+
+/// Asks rows with an `ask` column a yes-or-no question after the first
+/// turn, guiding the answer to one of the two; others only "go on". Ends
+/// after the second turn.
+struct AskOnce;
+
+impl Environment for AskOnce {
+    fn name(&self) -> &str {
+        "ask-once"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        Vec::new()
+    }
+
+    fn step<'a>(&'a self, episode: EpisodeView<'a>) -> BoxFuture<'a, Result<Reply, EnvironmentError>> {
+        let taken = episode.messages.iter().filter(|m| m.role == "assistant").count();
+        let ask = episode.row.contains_key("ask");
+        let reply = match taken {
+            1 if ask => Reply::Continue {
+                messages: vec![ChatMessage::new("user", "Yes or no?")],
+                failed_calls: 0,
+                guide: Some(Guide::Choice(vec!["yes".into(), "no".into()])),
+            },
+            1 => Reply::Continue {
+                messages: vec![ChatMessage::new("user", "go on")],
+                failed_calls: 0,
+                guide: None,
+            },
+            _ => Reply::Done { reward: None },
+        };
+        Box::pin(async move { Ok(reply) })
+    }
+}
+
+#[test]
+fn each_turn_keeps_its_rows_guide_unless_the_environment_gives_the_next_one() {
+    let s = setup();
+    let engine = s.engine(true).with_tokenizer(s.tokenizer.clone());
+    let mut fleet = LocalFleet::new(engine);
+    let mut rows = rows();
+    // Row 0: free, then the environment's yes-or-no. Row 1: its own guide on every turn.
+    rows[0].columns.insert("ask".into(), true.into());
+    let letters = "[a-z]{1,6}";
+    rows[1].guide = Some(Guide::Regex(letters.into()));
+    let refs: Vec<&Example> = rows.iter().collect();
+    let budget = Budget {
+        max_turns: 2,
+        max_turn_tokens: 12,
+        max_episode_tokens: 300,
+    };
+    let params = |i: usize| SamplingParams {
+        n: 4,
+        max_tokens: budget.max_turn_tokens,
+        temperature: 1.0,
+        seed: 7 + i as u32,
+        guide: rows[i].guide.clone(),
+        ..SamplingParams::default()
+    };
+    let guarded = GuardedEnvironment::new(Box::new(AskOnce), Duration::from_secs(30), OnError::Fail);
+    let episodes = run_episodes(
+        &mut fleet,
+        &guarded,
+        0,
+        &s.runtime,
+        &s.encoder,
+        &refs,
+        params,
+        budget,
+        usize::MAX,
+    )
+    .unwrap();
+    let turns = |episode: &grpo_learner::episode::Episode| -> Vec<String> {
+        let said = episode.messages.iter().filter(|m| m.role == "assistant");
+        said.map(|m| m.content.clone()).collect()
+    };
+    let is_letters = |text: &str| (1..=6).contains(&text.len()) && text.chars().all(|c| c.is_ascii_lowercase());
+    for episode in &episodes.groups[0] {
+        let said = turns(episode);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            ["yes", "no"].contains(&said[1].as_str()),
+            "the environment's guide: {said:?}"
+        );
+    }
+    for episode in &episodes.groups[1] {
+        let said = turns(episode);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said.iter().all(|text| is_letters(text)),
+            "the row's guide on every turn: {said:?}"
+        );
     }
 }

@@ -89,6 +89,8 @@ struct Variant {
     lr: Option<f64>,
     /// With adapters, push them merged into whole weights.
     merge_on_push: bool,
+    /// The clip range ε, low and high (`None`: 0.2).
+    epsilon: Option<f32>,
 }
 
 /// Answers a first turn with "!" and ends the episode after the second,
@@ -110,6 +112,7 @@ impl Environment for GoOnce {
             Reply::Continue {
                 messages: vec![ChatMessage::new("user", "!")],
                 failed_calls: 0,
+                guide: None,
             }
         } else {
             Reply::Done { reward: None }
@@ -197,6 +200,8 @@ fn try_tiny_loop(reward: Arc<dyn grpo_reward::Reward>, variant: Variant) -> grpo
         max_completion_tokens: if variant.episodes { 18 } else { 8 },
         loss: GrpoLoss {
             beta: variant.beta,
+            epsilon: variant.epsilon.unwrap_or(0.2),
+            epsilon_high: variant.epsilon.unwrap_or(0.2),
             ..GrpoLoss::default()
         },
         scale_rewards: ScaleRewards::Group,
@@ -322,6 +327,8 @@ fn guided_rollouts_keep_to_their_grammar_and_their_log_probs_to_the_learners() {
     let guide = Guide::Regex("[a-z]{1,5}".to_string());
     let variant = Variant {
         guide: Some(guide),
+        // A clip range below f32's step at 1: a ratio off 1 by any amount is clipped.
+        epsilon: Some(1e-7),
         ..Variant::default()
     };
     let mut grpo = tiny_loop(Arc::new(TargetToken(70)), variant);
@@ -343,7 +350,8 @@ fn guided_rollouts_keep_to_their_grammar_and_their_log_probs_to_the_learners() {
             "engine and learner log-probs differ by {} a token",
             report.sampling_logp_difference
         );
-        // On-policy: the ratio is exactly 1, nothing is clipped.
+        // On-policy: every token's ratio is exactly 1, so even a clip range
+        // of 1e-7 clips none.
         assert_eq!(report.clip_ratio_region, 0.0);
     }
     let bad = Variant {

@@ -12,6 +12,13 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A request whose structured output's grammar does not compile; the
+    /// engine keeps serving others.
+    #[error("the structured output's grammar is invalid: {message}")]
+    InvalidGuide {
+        /// llguidance's reason.
+        message: String,
+    },
     /// A weight update the engine refused; it keeps its old weights.
     #[error("weight update to version {version} refused: {message}")]
     InvalidUpdate {

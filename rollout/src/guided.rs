@@ -246,9 +246,7 @@ impl Grammars {
     /// `guide` compiled, ready for a sample; an invalid guide is refused
     /// with llguidance's reason.
     pub fn compile(&self, guide: &Guide) -> Result<GuidedSample> {
-        let invalid = |why: String| Error::InvalidRequest {
-            message: format!("the structured output's grammar is invalid: {why}"),
-        };
+        let invalid = |message: String| Error::InvalidGuide { message };
         let grammar = guide.grammar().map_err(invalid)?;
         let parser = self
             .factory

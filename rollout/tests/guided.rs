@@ -227,7 +227,7 @@ fn guides_the_engine_cannot_serve_are_refused_by_name() {
     let client = cpu_client();
     let mut engine = engine(&client, 2);
     let refused = |engine: &mut Engine, request: Request| match engine.add_request(request) {
-        Err(Error::InvalidRequest { message }) => message,
+        Err(error @ (Error::InvalidRequest { .. } | Error::InvalidGuide { .. })) => error.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     };
     let bad_schema = guided(Guide::JsonSchema(json!({"type": "nonsense"})), 1, 0, 8);

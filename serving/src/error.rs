@@ -124,15 +124,26 @@ impl Error {
         }
     }
 
+    /// This error, naming `field` as its `param` when it is the engine's
+    /// refusal of the grammar that field asked for.
+    pub fn guided_by(self, field: Option<&str>) -> Error {
+        match (self, field) {
+            (error @ Error::Engine(grpo_rollout::Error::InvalidGuide { .. }), Some(field)) => {
+                Error::invalid(field, error.to_string())
+            }
+            (error, _) => error,
+        }
+    }
+
     /// The HTTP status and OpenAI error type of this error.
     fn status(&self) -> (StatusCode, &'static str) {
         use grpo_rollout::Error as Engine;
         match self {
             Error::InvalidRequest { .. }
             | Error::Model(_)
-            | Error::Engine(Engine::InvalidRequest { .. } | Engine::InvalidUpdate { .. }) => {
-                (StatusCode::BAD_REQUEST, "BadRequestError")
-            }
+            | Error::Engine(
+                Engine::InvalidRequest { .. } | Engine::InvalidGuide { .. } | Engine::InvalidUpdate { .. },
+            ) => (StatusCode::BAD_REQUEST, "BadRequestError"),
             Error::ModelNotFound { .. } | Error::RouteNotFound { .. } | Error::AdapterNotFound { .. } => {
                 (StatusCode::NOT_FOUND, "NotFoundError")
             }

@@ -16,8 +16,9 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::protocol::common::SamplingFields;
 
-/// The guide the request's structured-output fields ask for, if any.
-pub fn requested(fields: &SamplingFields) -> Result<Option<Guide>> {
+/// The guide the request's structured-output fields ask for, if any, with
+/// the field that asks.
+pub fn requested(fields: &SamplingFields) -> Result<Option<(&'static str, Guide)>> {
     let mut found: Vec<(&'static str, Guide)> = Vec::new();
     if let Some(format) = &fields.response_format
         && let Some(guide) = response_format(format)?
@@ -42,7 +43,7 @@ pub fn requested(fields: &SamplingFields) -> Result<Option<Guide>> {
         found.push(("guided_grammar", Guide::Lark(grammar.clone())));
     }
     match found.len() {
-        0 | 1 => Ok(found.pop().map(|(_, guide)| guide)),
+        0 | 1 => Ok(found.pop()),
         _ => Err(Error::invalid(
             found[1].0,
             format!(

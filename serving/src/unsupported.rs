@@ -146,6 +146,24 @@ const REFUSED: &[Refused] = &[
         hint: "suffix (fill-in-the-middle) is not supported: leave it out",
     },
     Refused {
+        field: "prompt_embeds",
+        only: Some(Endpoint::Completions),
+        neutral: never,
+        hint: "prompt embeddings are not supported: send the prompt as text or token ids",
+    },
+    Refused {
+        field: "reasoning_effort",
+        only: Some(Endpoint::Chat),
+        neutral: never,
+        hint: "reasoning_effort is not passed to the chat template: give it in chat_template_kwargs if the template reads it",
+    },
+    Refused {
+        field: "web_search_options",
+        only: Some(Endpoint::Chat),
+        neutral: never,
+        hint: "web search is not supported: leave it out",
+    },
+    Refused {
         field: "functions",
         only: Some(Endpoint::Chat),
         neutral: empty,

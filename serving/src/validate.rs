@@ -113,7 +113,7 @@ pub fn sampling(
         skip_special_tokens: fields.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
         // vLLM's default: the logprobs a client gets are the model's own.
         logprobs_mode: LogprobsMode::Raw,
-        guide: crate::structured::requested(fields)?,
+        guide: crate::structured::requested(fields)?.map(|(_, guide)| guide),
         adapter: None,
     })
 }

@@ -110,7 +110,9 @@ impl From<Status> for WorkerError {
 pub(crate) fn status(error: Error) -> Status {
     {
         let code = match &error {
-            Error::InvalidRequest { .. } | Error::InvalidUpdate { .. } => Code::InvalidArgument,
+            Error::InvalidRequest { .. } | Error::InvalidGuide { .. } | Error::InvalidUpdate { .. } => {
+                Code::InvalidArgument
+            }
             Error::Busy { .. } => Code::FailedPrecondition,
             Error::EngineStopped { .. } => Code::Unavailable,
             Error::Model(_) | Error::Xla(_) => Code::Internal,

@@ -20,7 +20,8 @@
 //!                 {"role": "assistant", "content": "…",
 //!                  "tool_calls": [{"type": "function", "function": {"name": "…", "arguments": {…}}}]}]}
 //! ← {"id": 1, "messages": [{"role": "tool", "content": "…"}, …]}   the episode goes on
-//!                                                (optional "failed_calls": n, the turn's calls that could not run)
+//!                                                (optional "failed_calls": n, the turn's calls that could not run;
+//!                                                 optional "structured_outputs": {…}, what the next turn must be)
 //! ← {"id": 1, "done": true, "reward": 1.0}                         it ends (`reward` null or absent: none)
 //! ← {"id": 1, "error": "what went wrong"}                          a fault
 //!
@@ -38,8 +39,11 @@
 //!   a JSON object). Continuing needs at least one message, each with a
 //!   non-empty string `role` and a string `content` (other keys are
 //!   ignored), and may count the turn's tool calls that could not run in
-//!   `failed_calls` (default 0); `done` must be `true`, and the reward a
-//!   finite number.
+//!   `failed_calls` (default 0), and may guide the model's next turn with
+//!   `structured_outputs`, vLLM's options (`{"json": schema}`, `{"regex":
+//!   "…"}`, `{"choice": […]}`, `{"grammar": "…"}` or `{"json_object":
+//!   true}`), in place of the row's or the run's guide for that turn
+//!   alone; `done` must be `true`, and the reward a finite number.
 //!   Anything else — an answer with both `messages` and `done`, or with
 //!   neither — is a fault naming what is wrong, handled per `on_error`
 //!   (see [`crate::guard`]).
@@ -56,6 +60,7 @@ pub mod http;
 
 use grpo_model::chat::ChatMessage;
 use grpo_model::tools::Tool;
+use grpo_rollout::guided::Guide;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -144,6 +149,12 @@ fn parse_step(answer: &Map<String, Value>) -> Result<Reply, EnvironmentError> {
                     .as_u64()
                     .ok_or_else(|| bad(format!("`failed_calls` is {}, not a count", short(count))))?
                     as usize,
+            },
+            guide: match answer.get("structured_outputs").filter(|options| !options.is_null()) {
+                None => None,
+                Some(options) => {
+                    Some(Guide::from_options(options).map_err(|e| bad(format!("`structured_outputs` {e}")))?)
+                }
             },
         }),
         (Some(Value::Bool(false)) | None, None) => Err(bad("neither `messages`, `done` nor `error`".into())),
@@ -253,7 +264,8 @@ mod tests {
             )),
             Ok(Reply::Continue {
                 messages: vec![ChatMessage::new("user", "Higher.")],
-                failed_calls: 0
+                failed_calls: 0,
+                guide: None
             })
         );
         assert_eq!(
@@ -262,7 +274,18 @@ mod tests {
             )),
             Ok(Reply::Continue {
                 messages: vec![ChatMessage::new("tool", "error")],
-                failed_calls: 1
+                failed_calls: 1,
+                guide: None
+            })
+        );
+        assert_eq!(
+            parse_step(&object(
+                json!({"messages": [{"role": "user", "content": "Yes or no?"}], "structured_outputs": {"choice": ["yes", "no"]}})
+            )),
+            Ok(Reply::Continue {
+                messages: vec![ChatMessage::new("user", "Yes or no?")],
+                failed_calls: 0,
+                guide: Some(Guide::Choice(vec!["yes".into(), "no".into()]))
             })
         );
         assert_eq!(

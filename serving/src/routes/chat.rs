@@ -29,7 +29,7 @@ use crate::protocol::common::Usage;
 use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
 use crate::tools::{self, StreamedCalls, ToolCalling};
-use crate::{sse, validate};
+use crate::{sse, structured, validate};
 
 /// The messages as the chat template takes them (text parts joined).
 pub fn messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>> {
@@ -234,6 +234,10 @@ pub async fn chat(
     let limits = &state.config.limits;
     let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
     params.adapter = target.adapter;
+    let guided_by = match offer.guide.is_some() {
+        true => Some("tool_choice"),
+        false => structured::requested(&sampling)?.map(|(field, _)| field),
+    };
     if let Some(guide) = offer.guide {
         if params.guide.is_some() {
             return Err(Error::invalid(
@@ -253,7 +257,8 @@ pub async fn chat(
             params,
         }],
     )
-    .await?;
+    .await
+    .map_err(|e| e.guided_by(guided_by))?;
     let shape = Shape {
         id: request_id("chatcmpl"),
         created: unix_now(),

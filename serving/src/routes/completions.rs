@@ -21,7 +21,7 @@ use crate::protocol::completions::{
 };
 use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
-use crate::{sse, validate};
+use crate::{sse, structured, validate};
 
 /// vLLM's default `max_tokens` of a completion.
 const DEFAULT_MAX_TOKENS: i64 = 16;
@@ -191,7 +191,10 @@ pub async fn completions(
         prompt: p.clone(),
         params: params.clone(),
     });
-    let merged = start(&state, engine_requests.collect()).await?;
+    let guided_by = structured::requested(&sampling)?.map(|(field, _)| field);
+    let merged = start(&state, engine_requests.collect())
+        .await
+        .map_err(|e| e.guided_by(guided_by))?;
     let prompt_tokens = prompts.iter().map(Vec::len).sum();
     let shape = Shape {
         id: request_id("cmpl"),

@@ -5,6 +5,8 @@
 //! device and as an FSDP learner over two.
 
 mod common;
+#[path = "../tools/test_python.rs"]
+mod test_python;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -139,8 +141,11 @@ fn a_run_writes_metrics_evals_rollouts_checkpoints_the_final_model_and_a_plot() 
 /// A run of `trainer` settings killed (SIGKILL) after its checkpoint at
 /// step 4 and resumed ends at step 8 with the same checkpoint, bit for bit,
 /// and the same logs as a run never interrupted (`args` added to both);
-/// returns the folder of the uninterrupted run.
-fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) -> tempfile::TempDir {
+/// returns the folders of the uninterrupted run and of the resumed one.
+fn a_killed_run_resumes_as_if_never_interrupted(
+    trainer: &str,
+    args: &[&str],
+) -> (tempfile::TempDir, tempfile::TempDir) {
     let whole = tempfile::tempdir().unwrap();
     let config = tiny_run(whole.path(), trainer);
     run_ok(&[&["run", config.to_str().unwrap()], args].concat());
@@ -186,7 +191,7 @@ fn a_killed_run_resumes_as_if_never_interrupted(trainer: &str, args: &[&str]) ->
             .collect()
     };
     assert_eq!(steps(&out), steps(&whole.path().join("out")));
-    whole
+    (whole, killed)
 }
 
 /// Rewrites a run's `metrics.jsonl` with the metric names grpo wrote
@@ -231,12 +236,50 @@ fn a_run_killed_between_checkpoints_resumes_to_the_same_parameters() {
 }
 
 #[test]
+fn a_resumed_run_reports_each_step_once_to_tensorboard_with_completions_tables() {
+    let reports = [
+        "--set",
+        "logging.report_to=\"tensorboard\"",
+        "--set",
+        "logging.logging_steps=3",
+        "--set",
+        "logging.log_completions=true",
+        "--set",
+        "logging.num_completions_to_print=3",
+    ];
+    let (_, resumed) = a_killed_run_resumes_as_if_never_interrupted(RESUMED, &reports);
+    // Resumed once more from step 4, the run logs steps 5 to 8 again: the
+    // third file's start at step 5 drops what the second logged from there.
+    let out = resumed.path().join("out");
+    std::fs::remove_dir_all(out.join("checkpoint-8")).unwrap();
+    std::fs::remove_dir_all(out.join("final")).unwrap();
+    let config = resumed.path().join("config.toml");
+    run_ok(&[&["run", config.to_str().unwrap(), "--resume"], &reports[..]].concat());
+    let files = std::fs::read_dir(out.join("tensorboard")).unwrap().count();
+    assert_eq!(files, 3, "an event file per start");
+    let output = std::process::Command::new(test_python::test_python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tensorboard_check.py"))
+        .args([out.to_str().unwrap(), "3", "8", "3"])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && said.contains("tensorboard checks passed"),
+        "{said}"
+    );
+}
+
+#[test]
 fn an_fsdp_run_on_two_devices_resumes_to_the_same_parameters() {
     // Sharded parameters and AdamW state are gathered into the checkpoint
     // and cut again on resume; two passes per batch gather the parameters
     // for the old log-probs.
     let trainer = format!("parallelism = \"fsdp\"\n{RESUMED}\nnum_iterations = 2");
-    let dir = a_killed_run_resumes_as_if_never_interrupted(&trainer, &["--cpu-devices", "2"]);
+    let (dir, _) = a_killed_run_resumes_as_if_never_interrupted(&trainer, &["--cpu-devices", "2"]);
     let one_device = tempfile::tempdir().unwrap();
     run_ok(&["run", tiny_run(one_device.path(), "max_steps = 1").to_str().unwrap()]);
     let state_bytes = |dir: &Path| -> Vec<u64> {
@@ -264,7 +307,7 @@ fn an_fsdp_run_on_two_devices_resumes_to_the_same_parameters() {
 fn a_killed_lora_run_with_dropout_resumes_to_the_same_adapters_and_writes_peft_folders() {
     let lora = "[lora]\nrank = 4\nlora_alpha = 8\nlora_dropout = 0.1\ntarget_modules = [\"q_proj\", \"v_proj\", \"down_proj\"]";
     let trainer = format!("{RESUMED}\n\n{lora}");
-    let dir = a_killed_run_resumes_as_if_never_interrupted(&trainer, &[]);
+    let (dir, _) = a_killed_run_resumes_as_if_never_interrupted(&trainer, &[]);
     let out = dir.path().join("out");
     for folder in [out.join("checkpoint-8"), out.join("final")] {
         let settings: Value =
@@ -378,6 +421,10 @@ fn bad_configs_are_refused_naming_the_key() {
         ("rollout.heartbeat_s=nan", "rollout.heartbeat_s"),
         ("rollout.max_completion_tokens=32", "below rollout.max_model_len = 32"),
         ("rollout.max_completion_tokens=30", "the longest prompt"),
+        ("logging.report_to=\"wandb\"", "wandb sync --sync-tensorboard"),
+        ("logging.report_to=[\"tensorboard\", \"comet\"]", "logging.report_to"),
+        ("logging.logging_steps=0", "logging.logging_steps"),
+        ("logging.num_completions_to_print=0", "logging.num_completions_to_print"),
     ] {
         let out = grpo_installed(&["run", config, "--set", set]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -8,6 +8,7 @@
 mod algorithm;
 mod data;
 mod file;
+mod logging;
 mod lora;
 mod optimizer;
 mod rollout;
@@ -24,10 +25,11 @@ use crate::error::Result;
 pub use algorithm::AlgorithmSection;
 pub use data::{DataSection, ModelSection};
 pub use file::{ConfigFile, with_overrides};
+pub use logging::{DefaultOut, GrpoOut, LoggingSection, SftOut, Tracker};
 pub use lora::{LoraSection, TargetModules};
 pub use optimizer::OptimizerSection;
 pub use rollout::RolloutSection;
-pub use trainer::{CheckpointSection, LoggingSection, TrainerSection};
+pub use trainer::{CheckpointSection, TrainerSection};
 pub use values::{Dtype, DtypeSetting, ImportanceMode, ParallelismKind, Seconds};
 
 /// The whole run.
@@ -78,6 +80,7 @@ impl ConfigFile for RunConfig {
         self.algorithm.validate()?;
         self.optimizer.validate()?;
         self.trainer.validate()?;
+        self.logging.validate()?;
         self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }
 
@@ -99,6 +102,6 @@ impl ConfigFile for RunConfig {
         {
             *file = base.join(&*file);
         }
-        self.logging.out = base.join(&self.logging.out);
+        self.logging.rebase(base);
     }
 }

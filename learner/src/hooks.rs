@@ -109,16 +109,7 @@ impl MetricsLog {
 impl Hook for MetricsLog {
     fn on_start(&mut self, run: &mut dyn RunContext) -> Result<()> {
         let path = MetricsLog::path(run.out());
-        if run.resumed_from().is_some() {
-            keep_steps_up_to(&path, run.steps_done() as u64)?;
-        } else {
-            std::fs::File::create(&path).map_err(|e| io(&path, "start", e))?;
-        }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io(&path, "open", e))?;
+        let file = open_step_lines(&path, run)?;
         self.file = Some((path, file));
         Ok(())
     }
@@ -136,6 +127,22 @@ impl Hook for MetricsLog {
         text.push('\n');
         file.write_all(text.as_bytes()).map_err(|e| io(path, "write", e))
     }
+}
+
+/// Opens the JSON lines file `path` to append a run's steps: started
+/// afresh for a new run, kept up to its checkpoint's step for a resumed
+/// one (see [`keep_steps_up_to`]).
+pub(crate) fn open_step_lines(path: &Path, run: &dyn RunContext) -> Result<std::fs::File> {
+    if run.resumed_from().is_some() {
+        keep_steps_up_to(path, run.steps_done() as u64)?;
+    } else {
+        std::fs::File::create(path).map_err(|e| io(path, "start", e))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| io(path, "open", e))
 }
 
 /// Rewrites `path` keeping the lines whose `step` is at most `step`, under
@@ -256,7 +263,8 @@ impl Hook for Plot {
     }
 }
 
-fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
+/// An I/O failure on `path` while trying to `what`, as a data error.
+pub(crate) fn io(path: &Path, what: &str, e: std::io::Error) -> Error {
     Error::Data {
         path: path.to_path_buf(),
         line: 0,

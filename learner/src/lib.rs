@@ -86,6 +86,8 @@ pub mod rollouts;
 pub mod run;
 pub mod schedule;
 pub mod sft;
+pub mod tensorboard;
+pub mod tracking;
 pub mod trainer;
 
 pub use error::{Error, Result};

@@ -48,6 +48,7 @@ use crate::hooks::{Checkpoints, Evaluation, FinalModel, Hook, MetricsLog, Plot, 
 use crate::probe::{Phase, ProbeShape};
 use crate::schedule::Schedule;
 use crate::sft::{SftConfig, SftParts, SftTask, encode_examples};
+use crate::tracking::Reporting;
 use crate::trainer::{StepRecord, Task, Trainer};
 
 /// A run: its trainer, output folder and length, and the hooks its config asks for.
@@ -63,6 +64,8 @@ pub struct Run<T: Task> {
     checkpoints: Checkpoints,
     /// Whether the task samples completions (a rollout log and a reward plot).
     samples: bool,
+    /// What is reported besides `metrics.jsonl`.
+    reporting: Option<Reporting>,
 }
 
 /// The model a run trains and where it starts: the model's own weights,
@@ -470,7 +473,7 @@ impl Run<GrpoTask> {
             trainer,
             start,
             (out, t.max_steps, t.eval_every),
-            &config.checkpoint,
+            (&config.checkpoint, Reporting::of(&config.logging)?),
             true,
         )?;
         choices.write(&run.out)?;
@@ -506,7 +509,7 @@ impl Run<SftTask> {
             trainer,
             start,
             (out, t.max_steps, t.eval_every),
-            &config.checkpoint,
+            (&config.checkpoint, Reporting::of(&config.logging)?),
             false,
         )
     }
@@ -514,14 +517,15 @@ impl Run<SftTask> {
 
 impl<T: Task> Run<T> {
     /// The run of `trainer` from `start`, writing to `out` for `max_steps`
-    /// steps with evaluations every `eval_every` and `checkpoints`; a task
-    /// that `samples` completions gets a rollout log and a reward plot.
-    /// Creates the output folder, now that everything else is ready.
+    /// steps with evaluations every `eval_every`, `checkpoints` and
+    /// `reporting`; a task that `samples` completions gets a
+    /// rollout log and a reward plot. Creates the output folder, now that
+    /// everything else is ready.
     fn assemble(
         trainer: Trainer<T>,
         start: Start,
         (out, max_steps, eval_every): (PathBuf, usize, usize),
-        checkpoints: &CheckpointSection,
+        (checkpoints, reporting): (&CheckpointSection, Option<Reporting>),
         samples: bool,
     ) -> Result<Self> {
         std::fs::create_dir_all(&out).map_err(|e| Error::Output {
@@ -541,17 +545,22 @@ impl<T: Task> Run<T> {
                 keep_last: checkpoints.keep_last,
             },
             samples,
+            reporting,
         })
     }
 
     /// The hooks the config asks for, in order: evaluation, the metrics
-    /// log, the rollout log (tasks that sample), checkpoints, the final
-    /// folder and the plot (tasks that sample).
+    /// log, the reports (trackers, completions tables), the rollout log
+    /// (tasks that sample), checkpoints, the final folder and the plot
+    /// (tasks that sample).
     pub fn standard_hooks(&self) -> Vec<Box<dyn Hook>> {
         let mut hooks: Vec<Box<dyn Hook>> = vec![
             Box::new(Evaluation { every: self.eval_every }),
             Box::new(MetricsLog::default()),
         ];
+        if let Some(reporting) = &self.reporting {
+            hooks.push(Box::new(reporting.hook()));
+        }
         if self.samples {
             hooks.push(Box::new(RolloutFile::default()));
         }

@@ -1,6 +1,6 @@
-//! The run config of `grpo sft`: its own `[data]`, `[trainer]` and
-//! `[logging]`, and `grpo run`'s `[model]`, `[optimizer]`, `[checkpoint]`
-//! and `[lora]`. Unknown keys are refused naming them.
+//! The run config of `grpo sft`: its own `[data]` and `[trainer]`, and
+//! `grpo run`'s `[model]`, `[optimizer]`, `[checkpoint]`, `[logging]` (its
+//! output folder by default `runs/sft`) and `[lora]`. Unknown keys are refused naming them.
 
 use std::path::{Path, PathBuf};
 
@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::values::require;
 use super::{
-    CheckpointSection, ConfigFile, LoraSection, MAX_BATCH, MAX_MODEL_LEN, ModelSection, OptimizerSection,
-    ParallelismKind,
+    CheckpointSection, ConfigFile, LoggingSection, LoraSection, MAX_BATCH, MAX_MODEL_LEN, ModelSection,
+    OptimizerSection, ParallelismKind, SftOut,
 };
 use crate::error::Result;
 
@@ -34,7 +34,7 @@ pub struct SftRunConfig {
     pub checkpoint: CheckpointSection,
     /// Outputs.
     #[serde(default)]
-    pub logging: SftLoggingSection,
+    pub logging: LoggingSection<SftOut>,
     /// LoRA adapters (as in `grpo run`; absent: the whole model trains).
     pub lora: Option<LoraSection>,
 }
@@ -139,34 +139,17 @@ impl Default for SftTrainerSection {
     }
 }
 
-/// `[logging]` of `grpo sft`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SftLoggingSection {
-    /// The output folder (metrics.jsonl, final/), relative to the config
-    /// file. Default "runs/sft".
-    #[serde(alias = "output_dir")]
-    pub out: PathBuf,
-}
-
-impl Default for SftLoggingSection {
-    fn default() -> Self {
-        SftLoggingSection {
-            out: PathBuf::from("runs/sft"),
-        }
-    }
-}
-
 impl ConfigFile for SftRunConfig {
     fn validate(&self) -> Result<()> {
         self.optimizer.validate()?;
         self.trainer.validate()?;
+        self.logging.validate()?;
         self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }
 
     fn rebase(&mut self, base: &Path) {
         self.model.rebase(base);
         self.data.path = base.join(&self.data.path);
-        self.logging.out = base.join(&self.logging.out);
+        self.logging.rebase(base);
     }
 }

@@ -1,8 +1,6 @@
 //! `[trainer]`, `[checkpoint]` and `[logging]`: steps and batches, the
 //! learner's devices, checkpoints and the output folder.
 
-use std::path::PathBuf;
-
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
@@ -87,23 +85,6 @@ impl Default for CheckpointSection {
         CheckpointSection {
             every: 20,
             keep_last: 3,
-        }
-    }
-}
-
-/// `[logging]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LoggingSection {
-    /// The output folder (metrics.jsonl, final/), relative to the config file. Default "runs/grpo".
-    #[serde(alias = "output_dir")]
-    pub out: PathBuf,
-}
-
-impl Default for LoggingSection {
-    fn default() -> Self {
-        LoggingSection {
-            out: PathBuf::from("runs/grpo"),
         }
     }
 }

@@ -9,7 +9,6 @@
 //! on the seed and the epoch — not on a library's version — and a resumed
 //! run continues exactly.
 
-use std::io::BufRead;
 use std::path::Path;
 
 use grpo_model::chat::ChatMessage;
@@ -18,6 +17,7 @@ use grpo_rollout::guided::Guide;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::dataset::read_rows;
 use crate::error::{Error, Result};
 
 /// A chat turn, in OpenAI's form.
@@ -178,32 +178,25 @@ pub struct Example {
 /// The column of a row's guided-decoding options.
 pub const GUIDE_COLUMN: &str = "structured_outputs";
 
-/// Reads `path` (JSONL), taking the prompt from `prompt_column`. Errors
-/// name the file and line.
-pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
-    let fail = |line: usize, message: String| Error::Data {
-        path: path.to_path_buf(),
-        line,
-        message,
-    };
-    let file = std::fs::File::open(path).map_err(|e| fail(0, format!("cannot open: {e}")))?;
+/// Reads the dataset at `path` (a JSONL, Parquet or Arrow file, or its
+/// `split` of a dataset folder: [`crate::dataset`]), taking the prompt from
+/// `prompt_column`. Errors name the file and line (or row).
+pub fn load_examples(path: &Path, split: &str, prompt_column: &str) -> Result<Vec<Example>> {
     let mut examples = Vec::new();
-    for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|e| fail(number + 1, e.to_string()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut columns: Map<String, Value> = match serde_json::from_str(&line) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => return Err(fail(number + 1, "a row must be a JSON object".to_string())),
-            Err(e) => return Err(fail(number + 1, format!("not JSON: {e}"))),
+    for row in read_rows(path, split)? {
+        let number = row.number;
+        let fail = |line: usize, message: String| Error::Data {
+            path: row.file.clone(),
+            line,
+            message,
         };
+        let mut columns = row.columns;
         let prompt = match columns.remove(prompt_column) {
             Some(Value::String(text)) => Prompt::Text(text),
             Some(chat @ Value::Array(_)) => {
                 let turns = ChatTurn::parse_all(chat).map_err(|e| {
                     fail(
-                        number + 1,
+                        number,
                         format!("`{prompt_column}` as chat turns ({{role, content, tool_calls}}): {e}"),
                     )
                 })?;
@@ -211,16 +204,16 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
             }
             Some(_) => {
                 return Err(fail(
-                    number + 1,
+                    number,
                     format!("`{prompt_column}` must be text or a list of chat turns"),
                 ));
             }
-            None => return Err(fail(number + 1, format!("no `{prompt_column}` column"))),
+            None => return Err(fail(number, format!("no `{prompt_column}` column"))),
         };
         let guide = match columns.get(GUIDE_COLUMN) {
             None | Some(Value::Null) => None,
             Some(options) => {
-                Some(Guide::from_options(options).map_err(|e| fail(number + 1, format!("`{GUIDE_COLUMN}`: {e}")))?)
+                Some(Guide::from_options(options).map_err(|e| fail(number, format!("`{GUIDE_COLUMN}`: {e}")))?)
             }
         };
         examples.push(Example {
@@ -231,7 +224,11 @@ pub fn load_jsonl(path: &Path, prompt_column: &str) -> Result<Vec<Example>> {
         });
     }
     if examples.is_empty() {
-        return Err(fail(0, "no rows".to_string()));
+        return Err(Error::Data {
+            path: path.to_path_buf(),
+            line: 0,
+            message: "no rows".to_string(),
+        });
     }
     Ok(examples)
 }

@@ -68,6 +68,7 @@ pub mod completion_logprobs;
 pub mod config;
 pub mod conversation;
 pub mod data;
+pub mod dataset;
 mod engine_copy;
 pub mod episode;
 mod error;

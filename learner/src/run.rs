@@ -40,7 +40,7 @@ use crate::choices::{self, ChoiceRecord, ChoiceRequest};
 use crate::collect::{EncodedPrompt, EpisodeSetup, PromptEncoder};
 use crate::config::sft::SftRunConfig;
 use crate::config::{CheckpointSection, LoraSection, ModelSection, RunConfig};
-use crate::data::{Example, Prompt, load_jsonl, split};
+use crate::data::{Example, Prompt, load_examples, split};
 use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
 use crate::grpo::{GrpoConfig, GrpoParts, GrpoTask};
@@ -490,7 +490,7 @@ impl Run<SftTask> {
         let out = config.logging.out.clone();
         let start = Start::open(&config.model, config.lora.as_ref(), &out, resume)?;
         sft.max_length = sft.max_length.min(start.model.config.max_positions);
-        let rows = load_jsonl(&config.data.path, &config.data.prompt_column)?;
+        let rows = load_examples(&config.data.path, &config.data.split, &config.data.prompt_column)?;
         let (train, eval) = split(rows, config.data.eval_size, config.data.seed)?;
         let column = &config.data.completion_column;
         let decoder = start.decoder()?;

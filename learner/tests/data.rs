@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use grpo_learner::data::{Prompt, PromptSampler, load_jsonl, split};
+use grpo_learner::data::{Prompt, PromptSampler, load_examples, split};
 use grpo_rollout::guided::Guide;
 
 fn write(lines: &[&str]) -> tempfile::NamedTempFile {
@@ -20,7 +20,7 @@ fn write(lines: &[&str]) -> tempfile::NamedTempFile {
 #[test]
 fn gsm8k_rows_keep_their_other_columns() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gsm8k_5.jsonl");
-    let rows = load_jsonl(&path, "question").unwrap();
+    let rows = load_examples(&path, "train", "question").unwrap();
     assert_eq!(rows.len(), 5);
     let Prompt::Text(text) = &rows[0].prompt else {
         panic!("a text prompt")
@@ -37,12 +37,12 @@ fn chat_prompts_and_errors_that_name_the_line() {
         "",
         r#"{"prompt": "plain", "answer": 1}"#,
     ]);
-    let rows = load_jsonl(file.path(), "prompt").unwrap();
+    let rows = load_examples(file.path(), "train", "prompt").unwrap();
     assert_eq!(rows.len(), 2);
     assert!(matches!(&rows[0].prompt, Prompt::Chat(turns) if turns[0].text() == "2 + 3?"));
     assert_eq!(rows[0].guide, None);
     let guided = write(&[r#"{"prompt": "a", "structured_outputs": {"regex": "[0-9]+"}}"#]);
-    let rows = load_jsonl(guided.path(), "prompt").unwrap();
+    let rows = load_examples(guided.path(), "train", "prompt").unwrap();
     assert_eq!(rows[0].guide, Some(Guide::Regex("[0-9]+".to_string())));
     for (lines, needle) in [
         (vec![r#"{"prompt": "a"}"#, "not json"], ":2: not JSON"),
@@ -57,7 +57,7 @@ fn chat_prompts_and_errors_that_name_the_line() {
         (vec![], "no rows"),
     ] {
         let file = write(&lines);
-        let error = load_jsonl(file.path(), "prompt").unwrap_err().to_string();
+        let error = load_examples(file.path(), "train", "prompt").unwrap_err().to_string();
         assert!(error.contains(needle), "{error} should say {needle}");
     }
 }
@@ -66,7 +66,7 @@ fn chat_prompts_and_errors_that_name_the_line() {
 fn the_split_and_the_sampler_are_seeded_and_resumable() {
     let lines: Vec<String> = (0..20).map(|i| format!(r#"{{"prompt": "p{i}"}}"#)).collect();
     let file = write(&lines.iter().map(String::as_str).collect::<Vec<_>>());
-    let rows = load_jsonl(file.path(), "prompt").unwrap();
+    let rows = load_examples(file.path(), "train", "prompt").unwrap();
     let (train, eval) = split(rows.clone(), 5, 3).unwrap();
     assert_eq!((train.len(), eval.len()), (15, 5));
     let (_, again) = split(rows.clone(), 5, 3).unwrap();

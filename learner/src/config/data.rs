@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::data::{Example, load_jsonl, split, to_chat};
+use crate::data::{Example, load_examples, split, to_chat};
 use crate::error::Result;
 
 /// `[model]`.
@@ -34,7 +34,8 @@ impl ModelSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataSection {
-    /// A JSONL file of prompts, relative to the config file. Required.
+    /// The prompts, relative to the config file: a JSONL, Parquet or Arrow
+    /// file, or a Hugging Face dataset folder ([`crate::dataset`]). Required.
     pub path: PathBuf,
     /// The column holding the prompt (text or chat turns). Default "prompt".
     #[serde(default = "default_prompt_column")]
@@ -45,10 +46,20 @@ pub struct DataSection {
     /// A system turn put before chat prompts that have none. Default none.
     #[serde(default)]
     pub system_prompt: Option<String>,
-    /// A JSONL file of eval prompts (same columns), relative to the config
-    /// file; without it `eval_size` rows of `path` are held out. Default none.
+    /// The split of `path` when it is a dataset folder (TRL's
+    /// `dataset_train_split`). Default "train".
+    #[serde(default = "default_split", alias = "dataset_train_split")]
+    pub split: String,
+    /// Eval prompts (same columns) in a file or dataset folder, relative to
+    /// the config file; without it (and without `eval_split`) `eval_size`
+    /// rows of `path` are held out. Default none.
     #[serde(default)]
     pub eval_path: Option<PathBuf>,
+    /// The split of `eval_path` (or, without it, of `path`) the eval prompts
+    /// come from (TRL's `dataset_test_split`). Default none: "test" for an
+    /// `eval_path` folder.
+    #[serde(default, alias = "dataset_test_split")]
+    pub eval_split: Option<String>,
     /// Rows held out for evaluation (with `eval_path`: its first rows; 0 = all). Default 0.
     #[serde(default)]
     pub eval_size: usize,
@@ -60,14 +71,19 @@ pub struct DataSection {
 impl DataSection {
     /// The train and eval rows.
     pub fn load(&self) -> Result<(Vec<Example>, Vec<Example>)> {
-        let read = |path: &Path| -> Result<Vec<Example>> {
-            let rows = load_jsonl(path, &self.prompt_column)?;
+        let read = |path: &Path, split: &str| -> Result<Vec<Example>> {
+            let rows = load_examples(path, split, &self.prompt_column)?;
             Ok(to_chat(rows, self.as_chat, self.system_prompt.as_deref()))
         };
-        let rows = read(&self.path)?;
-        match &self.eval_path {
-            Some(path) => {
-                let mut eval = read(path)?;
+        let rows = read(&self.path, &self.split)?;
+        let eval_source = match (&self.eval_path, &self.eval_split) {
+            (Some(path), split) => Some((path, split.as_deref().unwrap_or("test"))),
+            (None, Some(split)) => Some((&self.path, split.as_str())),
+            (None, None) => None,
+        };
+        match eval_source {
+            Some((path, split)) => {
+                let mut eval = read(path, split)?;
                 if self.eval_size > 0 {
                     eval.truncate(self.eval_size);
                 }
@@ -80,4 +96,9 @@ impl DataSection {
 
 fn default_prompt_column() -> String {
     "prompt".to_string()
+}
+
+/// The train split of a dataset folder.
+pub(crate) fn default_split() -> String {
+    "train".to_string()
 }

@@ -43,8 +43,13 @@ pub struct SftRunConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SftDataSection {
-    /// A JSONL file of rows, relative to the config file. Required.
+    /// The rows, relative to the config file: a JSONL, Parquet or Arrow
+    /// file, or a Hugging Face dataset folder ([`crate::dataset`]). Required.
     pub path: PathBuf,
+    /// The split of `path` when it is a dataset folder (TRL's
+    /// `dataset_train_split`). Default "train".
+    #[serde(default = "super::data::default_split", alias = "dataset_train_split")]
+    pub split: String,
     /// The column holding the prompt (text, or chat turns rendered with the
     /// chat template and its generation prompt). Default "prompt".
     #[serde(default = "default_prompt_column")]

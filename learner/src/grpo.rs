@@ -241,9 +241,9 @@ fn check_guides<'a>(
 }
 
 impl GrpoConfig {
-    /// The settings of `config` (validated as it was read), with its
-    /// `auto` settings decided as `choices`.
-    pub fn of(config: &RunConfig, choices: Choices) -> GrpoConfig {
+    /// The settings of `config` (validated as it was read) for a run of
+    /// `steps` steps, with its `auto` settings decided as `choices`.
+    pub fn of(config: &RunConfig, steps: usize, choices: Choices) -> GrpoConfig {
         let (r, a, o, t) = (&config.rollout, &config.algorithm, &config.optimizer, &config.trainer);
         GrpoConfig {
             group_size: r.group_size,
@@ -251,7 +251,7 @@ impl GrpoConfig {
             max_completion_tokens: r.max_completion_tokens,
             loss: a.loss(r.temperature),
             scale_rewards: a.scale_rewards,
-            schedule: o.schedule(t.max_steps),
+            schedule: o.schedule(steps),
             optimizer: o.adamw(),
             max_grad_norm: o.max_grad_norm(),
             micro_batch_rows: t.micro_batch_size,

@@ -396,6 +396,7 @@ impl Run<GrpoTask> {
         let start = Start::open(&config.model, config.lora.as_ref(), &out, resume)?;
         let (train, eval) = config.data.load()?;
         let (r, t) = (&config.rollout, &config.trainer);
+        let max_steps = t.steps(train.len(), r.prompts_per_step);
         let max_model_len = r.max_model_len.min(start.model.config.max_positions);
         let encoder = PromptEncoder::new(start.tokenizer.clone())?;
         let tools = episodes.as_ref().map(EpisodeSetup::tools);
@@ -424,7 +425,7 @@ impl Run<GrpoTask> {
         };
         let recorded = choices::recorded(&out, start.checkpoint(), resume)?;
         let choices = ChoiceRecord::decide(client, &request, recorded, &grpo_xla::pjrt::cache_dir())?;
-        let grpo = GrpoConfig::of(config, choices.choices);
+        let grpo = GrpoConfig::of(config, max_steps, choices.choices);
         warn_if_cut_short(&grpo.schedule);
         let decoder = start.decoder()?;
         // The policy starts from the checkpoint when resuming; the KL's
@@ -472,7 +473,7 @@ impl Run<GrpoTask> {
         let run = Run::assemble(
             trainer,
             start,
-            (out, t.max_steps, t.eval_every),
+            (out, max_steps, t.eval_every),
             (&config.checkpoint, Reporting::of(&config.logging)?),
             true,
         )?;
@@ -485,13 +486,14 @@ impl Run<SftTask> {
     /// Supervised fine-tuning as `config` says on `client`'s devices;
     /// continuing the run in its output folder with `resume`.
     pub fn sft(config: &SftRunConfig, client: &Client, resume: bool) -> Result<Self> {
-        let mut sft = SftConfig::of(config);
-        warn_if_cut_short(&sft.schedule);
         let out = config.logging.out.clone();
         let start = Start::open(&config.model, config.lora.as_ref(), &out, resume)?;
-        sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let rows = load_examples(&config.data.path, &config.data.split, &config.data.prompt_column)?;
         let (train, eval) = split(rows, config.data.eval_size, config.data.seed)?;
+        let max_steps = config.trainer.steps(train.len());
+        let mut sft = SftConfig::of(config, max_steps);
+        warn_if_cut_short(&sft.schedule);
+        sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let column = &config.data.completion_column;
         let decoder = start.decoder()?;
         let parts = SftParts {
@@ -508,7 +510,7 @@ impl Run<SftTask> {
         Run::assemble(
             trainer,
             start,
-            (out, t.max_steps, t.eval_every),
+            (out, max_steps, t.eval_every),
             (&config.checkpoint, Reporting::of(&config.logging)?),
             false,
         )

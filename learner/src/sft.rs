@@ -45,14 +45,14 @@ pub struct SftConfig {
 }
 
 impl SftConfig {
-    /// The settings of `config` (validated as it was read).
-    pub fn of(config: &SftRunConfig) -> SftConfig {
+    /// The settings of `config` (validated as it was read) for a run of `steps` steps.
+    pub fn of(config: &SftRunConfig, steps: usize) -> SftConfig {
         let (t, o) = (&config.trainer, &config.optimizer);
         SftConfig {
             batch_size: t.batch_size,
             micro_batch_rows: t.micro_batch_size.min(t.batch_size),
             max_length: t.max_length,
-            schedule: o.schedule(t.max_steps),
+            schedule: o.schedule(steps),
             optimizer: o.adamw(),
             max_grad_norm: o.max_grad_norm(),
         }

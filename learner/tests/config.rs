@@ -274,6 +274,8 @@ fn every_numeric_key_takes_or_refuses_extreme_values_naming_the_key() {
         "../examples/reference.toml",
         &[
             ("algorithm", "epsilon_high"),
+            ("trainer", "max_steps"),
+            ("trainer", "num_train_epochs"),
             LORA_KEYS[0],
             LORA_KEYS[1],
             LORA_KEYS[2],
@@ -423,7 +425,33 @@ fn the_optimizer_and_rollout_knobs_reach_what_they_set() {
     assert_eq!(config.optimizer.schedule(25).warmup, 3);
     let adamw = config.optimizer.adamw();
     assert_eq!((adamw.beta1, adamw.beta2, adamw.eps), (0.8, 0.95, 1e-6));
-    let grpo = grpo_learner::grpo::GrpoConfig::of(&config, grpo_learner::choices::Choices::F32);
+    let grpo = grpo_learner::grpo::GrpoConfig::of(&config, 25, grpo_learner::choices::Choices::F32);
     let f = grpo.filters;
     assert_eq!((f.top_p, f.top_k, f.min_p, f.repetition_penalty), (0.9, 20, 0.05, 1.1));
+}
+
+#[test]
+fn num_train_epochs_counts_steps_unless_max_steps_is_given() {
+    let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[rollout]\nprompts_per_step = 16\n";
+    let steps = |trainer: &str| {
+        RunConfig::from_toml_str(&format!("{base}[trainer]\n{trainer}")).map(|c| c.trainer.steps(100, 16))
+    };
+    // As the Hugging Face trainer: passes over the prompts, rounded up; a given max_steps wins.
+    assert_eq!(steps("").unwrap(), 100);
+    assert_eq!(steps("num_train_epochs = 2").unwrap(), 13);
+    assert_eq!(steps("num_train_epochs = 0.5").unwrap(), 4);
+    assert_eq!(steps("num_train_epochs = 2\nmax_steps = 3").unwrap(), 3);
+    assert_eq!(steps("max_steps = 0").unwrap(), 0);
+    for bad in [
+        "num_train_epochs = 0",
+        "num_train_epochs = -1",
+        "num_train_epochs = nan",
+        "num_train_epochs = 1e9",
+    ] {
+        let error = steps(bad).unwrap_err().to_string();
+        assert!(error.contains("trainer.num_train_epochs"), "{bad}: {error}");
+    }
+    let sft = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[trainer]\nbatch_size = 8\nnum_train_epochs = 3\n";
+    let sft = grpo_learner::config::sft::SftRunConfig::from_toml_str(sft).unwrap();
+    assert_eq!(sft.trainer.steps(20), 8, "⌈3 · 20 / 8⌉");
 }

@@ -483,5 +483,5 @@ fn the_config_has_defaults_and_refuses_unknown_keys() {
     let error = SftRunConfig::from_toml_str(&format!("{text}[trainer]\nbatch_sise = 4\n")).unwrap_err();
     assert!(error.to_string().contains("trainer.batch_sise"), "{error}");
     let text = with_overrides(text, &["trainer.max_steps=7".to_string()]).unwrap();
-    assert_eq!(SftRunConfig::from_toml_str(&text).unwrap().trainer.max_steps, 7);
+    assert_eq!(SftRunConfig::from_toml_str(&text).unwrap().trainer.max_steps, Some(7));
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
-use super::values::require;
+use super::values::{check_epochs, require, run_steps};
 use super::{
     CheckpointSection, ConfigFile, LoggingSection, LoraSection, MAX_BATCH, MAX_MODEL_LEN, ModelSection,
     OptimizerSection, ParallelismKind, SftOut,
@@ -79,8 +79,12 @@ fn default_completion_column() -> String {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SftTrainerSection {
-    /// Optimizer steps (0: only the evaluation and the final folder). Default 100.
-    pub max_steps: usize,
+    /// Optimizer steps (0: only the evaluation and the final folder); given,
+    /// it overrides `num_train_epochs`. Default: from `num_train_epochs`, else 100.
+    pub max_steps: Option<usize>,
+    /// Passes over the training rows (`batch_size` a step), when
+    /// `max_steps` is not given (TRL's key; fractions allowed). Default none.
+    pub num_train_epochs: Option<f64>,
     /// Sequences per step, 1 to [`MAX_BATCH`]. Default 8.
     pub batch_size: usize,
     /// Sequences per micro-batch, 1 to [`MAX_BATCH`] (gradients accumulate
@@ -108,8 +112,14 @@ impl SftTrainerSection {
         self.parallelism.layout(self.devices, available)
     }
 
+    /// The run's steps over `rows` training rows.
+    pub fn steps(&self, rows: usize) -> usize {
+        run_steps(self.max_steps, self.num_train_epochs, rows, self.batch_size)
+    }
+
     /// Checks the section's values.
     fn validate(&self) -> Result<()> {
+        check_epochs(self.num_train_epochs)?;
         for (field, value) in [
             ("trainer.batch_size", self.batch_size),
             ("trainer.micro_batch_size", self.micro_batch_size),
@@ -133,7 +143,8 @@ impl SftTrainerSection {
 impl Default for SftTrainerSection {
     fn default() -> Self {
         SftTrainerSection {
-            max_steps: 100,
+            max_steps: None,
+            num_train_epochs: None,
             batch_size: 8,
             micro_batch_size: 8,
             eval_every: 10,

@@ -4,7 +4,7 @@
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
-use super::values::require;
+use super::values::{check_epochs, require, run_steps};
 use super::{DtypeSetting, MAX_BATCH, ParallelismKind};
 use crate::error::Result;
 
@@ -12,8 +12,12 @@ use crate::error::Result;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainerSection {
-    /// Steps of the run (0: only the evaluation and the final folder). Default 100.
-    pub max_steps: usize,
+    /// Steps of the run (0: only the evaluation and the final folder); given,
+    /// it overrides `num_train_epochs`. Default: from `num_train_epochs`, else 100.
+    pub max_steps: Option<usize>,
+    /// Passes over the training prompts (`prompts_per_step` a step), when
+    /// `max_steps` is not given (TRL's key; fractions allowed). Default none.
+    pub num_train_epochs: Option<f64>,
     /// Samples per micro-batch, 1 to [`MAX_BATCH`]. Default 16.
     #[serde(alias = "per_device_train_batch_size")]
     pub micro_batch_size: usize,
@@ -39,7 +43,8 @@ pub struct TrainerSection {
 impl Default for TrainerSection {
     fn default() -> Self {
         TrainerSection {
-            max_steps: 100,
+            max_steps: None,
+            num_train_epochs: None,
             micro_batch_size: 16,
             share_prompts: true,
             compute_dtype: DtypeSetting::Auto,
@@ -53,6 +58,7 @@ impl Default for TrainerSection {
 impl TrainerSection {
     /// Checks the section's values.
     pub(crate) fn validate(&self) -> Result<()> {
+        check_epochs(self.num_train_epochs)?;
         require(
             "trainer.micro_batch_size",
             (1..=MAX_BATCH).contains(&self.micro_batch_size),
@@ -64,6 +70,11 @@ impl TrainerSection {
     /// The learner's SPMD layout on a client of `available` devices.
     pub fn parallelism(&self, available: usize) -> Result<Option<Parallelism>> {
         self.parallelism.layout(self.devices, available)
+    }
+
+    /// The run's steps over `rows` training prompts, `prompts_per_step` a step.
+    pub fn steps(&self, rows: usize, prompts_per_step: usize) -> usize {
+        run_steps(self.max_steps, self.num_train_epochs, rows, prompts_per_step)
     }
 }
 

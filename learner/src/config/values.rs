@@ -165,6 +165,36 @@ impl TryFrom<f64> for Seconds {
 }
 
 /// Refuses `value` of `field` unless `ok`, saying the `rule` it breaks.
+/// Steps of a run that sets neither `max_steps` nor `num_train_epochs`.
+pub const DEFAULT_MAX_STEPS: usize = 100;
+
+/// Most passes over the data `num_train_epochs` may ask for.
+const MAX_EPOCHS: f64 = 1e6;
+
+/// A run's steps as the Hugging Face trainer counts them: `max_steps` when
+/// given, else `num_train_epochs` passes over `rows` rows taken `per_step`
+/// a step (rounded up), else [`DEFAULT_MAX_STEPS`].
+pub(crate) fn run_steps(max_steps: Option<usize>, epochs: Option<f64>, rows: usize, per_step: usize) -> usize {
+    match (max_steps, epochs) {
+        (Some(steps), _) => steps,
+        (None, Some(epochs)) => (epochs * rows as f64 / per_step.max(1) as f64).ceil() as usize,
+        (None, None) => DEFAULT_MAX_STEPS,
+    }
+}
+
+/// Checks `trainer.num_train_epochs`: above 0 and finite, at most a million.
+pub(crate) fn check_epochs(epochs: Option<f64>) -> Result<()> {
+    match epochs {
+        None => Ok(()),
+        Some(epochs) => require(
+            "trainer.num_train_epochs",
+            epochs > 0.0 && epochs <= MAX_EPOCHS,
+            epochs,
+            &format!("above 0, at most {MAX_EPOCHS} (or leave it out and set max_steps)"),
+        ),
+    }
+}
+
 pub(crate) fn require(field: &'static str, ok: bool, value: impl Display, rule: &str) -> Result<()> {
     if ok {
         Ok(())

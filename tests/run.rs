@@ -489,6 +489,65 @@ fn generating_ahead_logs_each_batch_with_the_version_that_sampled_it() {
 }
 
 #[test]
+fn the_final_folder_is_written_in_bf16_shards_while_checkpoints_stay_f32() {
+    use grpo_model::weights::{Safetensors, WeightSource};
+    let dir = tempfile::tempdir().unwrap();
+    let settings = "max_steps = 1\n\n[checkpoint]\nevery = 1\nsave_dtype = \"bf16\"\nmax_shard_size = \"20KB\"";
+    let config = tiny_run(dir.path(), settings);
+    run_ok(&["run", config.to_str().unwrap()]);
+    let (out, final_dir) = (dir.path().join("out"), dir.path().join("out/final"));
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(final_dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["torch_dtype"], "bfloat16");
+    let index: Value =
+        serde_json::from_str(&std::fs::read_to_string(final_dir.join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    let mut shards: Vec<&str> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    shards.sort();
+    shards.dedup();
+    assert!(shards.len() > 1, "{shards:?}");
+    for shard in &shards {
+        let bytes = std::fs::read(final_dir.join(shard)).unwrap();
+        let read = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        // A tensor larger than a shard (the embedding) has one to itself.
+        assert!(
+            bytes.len() <= 20_000 + 4096 || read.len() == 1,
+            "{shard}: {} bytes",
+            bytes.len()
+        );
+        assert!(
+            read.tensors()
+                .iter()
+                .all(|(_, v)| v.dtype() == safetensors::Dtype::BF16),
+            "{shard}"
+        );
+    }
+    // The checkpoint keeps f32 (a resumed run is exact); the final folder is its rounding.
+    let checkpoint = Safetensors::open_dir(&out.join("checkpoint-1")).unwrap();
+    let saved = Safetensors::open_dir(&final_dir).unwrap();
+    for name in index["weight_map"].as_object().unwrap().keys() {
+        let (exact, rounded) = (checkpoint.tensor(name).unwrap(), saved.tensor(name).unwrap());
+        let expected: Vec<f32> = exact.data.iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
+        assert_eq!(rounded.data, expected, "{name}");
+    }
+    // grpo reads its own output.
+    run_ok(&[
+        "run",
+        dir.path().join("config.toml").to_str().unwrap(),
+        "--max-steps",
+        "0",
+        "--set",
+        &format!("model.name={:?}", final_dir.to_str().unwrap()),
+        "--out",
+        dir.path().join("again").to_str().unwrap(),
+    ]);
+}
+
+#[test]
 fn trl_key_names_work_and_out_overrides_output_dir() {
     let dir = tempfile::tempdir().unwrap();
     let config = tiny_run(

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use grpo_model::config::ModelConfig;
 use grpo_model::lora::AdapterFolder;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use grpo_model::weights::{HostTensor, Safetensors, SaveDtype, SaveOptions, WeightSource, save_safetensors};
 
 use crate::error::{Error, Result};
 
@@ -53,6 +53,8 @@ pub struct SavedModel<'a> {
     pub tokenizer: &'a Tokenizer,
     /// The model's name or path, as the run's config gives it.
     pub name: &'a str,
+    /// How a whole model's weights are written (checkpoints write f32 whatever it says).
+    pub options: SaveOptions,
 }
 
 /// A policy as it is saved.
@@ -70,7 +72,14 @@ impl SavedPolicy {
             SavedPolicy::Model(params) => {
                 let tensors: BTreeMap<_, _> = params.iter().cloned().collect();
                 let config = model.config;
-                grpo_model::pretrained::write_model_dir(dir, &config.to_hf_json(), config, &tensors, model.tokenizer)?;
+                grpo_model::pretrained::write_model_dir(
+                    dir,
+                    &config.to_hf_json(),
+                    config,
+                    &tensors,
+                    model.tokenizer,
+                    model.options,
+                )?;
             }
             SavedPolicy::Adapters(folder) => {
                 folder.write(dir, model.config, model.name)?;
@@ -114,7 +123,15 @@ pub fn save(out: &Path, parts: &CheckpointParts<'_>) -> Result<PathBuf> {
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io(&staging, "clear", e))?;
     }
-    parts.policy.write(&staging, parts.model)?;
+    // f32 whatever the final folder's dtype: a resumed run starts exactly where this one stopped.
+    let model = SavedModel {
+        options: SaveOptions {
+            dtype: SaveDtype::F32,
+            ..parts.model.options
+        },
+        ..parts.model
+    };
+    parts.policy.write(&staging, model)?;
     let optimizer: BTreeMap<_, _> = parts.optimizer.iter().cloned().collect();
     save_safetensors(staging.join(OPTIMIZER_FILE), &optimizer)?;
     let state_path = staging.join(STATE_FILE);

@@ -80,6 +80,7 @@ impl ConfigFile for RunConfig {
         self.algorithm.validate()?;
         self.optimizer.validate()?;
         self.trainer.validate()?;
+        self.checkpoint.validate()?;
         self.logging.validate()?;
         self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }

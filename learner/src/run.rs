@@ -27,7 +27,7 @@ use grpo_model::load::{upload_parameters, upload_tensors};
 use grpo_model::lora::{ADAPTER_CONFIG_FILE, AdapterFolder, LoraConfig, WithAdapters, new_adapters};
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::{HostTensor, WeightSource};
+use grpo_model::weights::{HostTensor, SaveOptions, WeightSource};
 use grpo_reward::RewardPool;
 use grpo_rollout::engine::EngineConfig;
 use grpo_worker::AuthToken;
@@ -66,6 +66,8 @@ pub struct Run<T: Task> {
     samples: bool,
     /// What is reported besides `metrics.jsonl`.
     reporting: Option<Reporting>,
+    /// How the policy's folders are written.
+    save: SaveOptions,
 }
 
 /// The model a run trains and where it starts: the model's own weights,
@@ -548,6 +550,7 @@ impl<T: Task> Run<T> {
             },
             samples,
             reporting,
+            save: checkpoints.save_options()?,
         })
     }
 
@@ -624,6 +627,7 @@ impl<T: Task> Run<T> {
             config: &self.model.0,
             tokenizer: &self.model.1,
             name: &self.model_name,
+            options: self.save,
         }
     }
 }

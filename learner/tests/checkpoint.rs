@@ -10,7 +10,7 @@ use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
 use grpo_model::pretrained::Pretrained;
 use grpo_model::tokenizer::Tokenizer;
-use grpo_model::weights::{Safetensors, WeightSource};
+use grpo_model::weights::{Safetensors, SaveOptions, WeightSource};
 use grpo_xla::{Buffer, Client, ClientOptions, ElementType, Platform};
 
 #[test]
@@ -36,6 +36,7 @@ fn checkpoints_round_trip_and_the_newest_complete_one_is_found() {
         config: &config,
         tokenizer: &tokenizer,
         name: "parity/llama",
+        options: SaveOptions::default(),
     };
     let parts = |step| CheckpointParts {
         step,

@@ -455,3 +455,28 @@ fn num_train_epochs_counts_steps_unless_max_steps_is_given() {
     let sft = grpo_learner::config::sft::SftRunConfig::from_toml_str(sft).unwrap();
     assert_eq!(sft.trainer.steps(20), 8, "⌈3 · 20 / 8⌉");
 }
+
+#[test]
+fn max_shard_size_reads_as_transformers_reads_it() {
+    let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[checkpoint]\n";
+    let bytes = |size: &str| {
+        RunConfig::from_toml_str(&format!("{base}max_shard_size = {size}\n"))
+            .and_then(|c| c.checkpoint.save_options())
+            .map(|o| o.max_shard_bytes)
+    };
+    assert_eq!(bytes("\"5GB\"").unwrap(), 5_000_000_000);
+    assert_eq!(bytes("\"500MB\"").unwrap(), 500_000_000);
+    assert_eq!(bytes("\"2GiB\"").unwrap(), 2 << 30);
+    assert_eq!(bytes("\"1.5 kb\"").unwrap(), 1500);
+    assert_eq!(bytes("1000").unwrap(), 1000);
+    for bad in ["0", "-5", "\"5 parsecs\"", "\"GB\"", "\"nan GB\"", "true"] {
+        let error = bytes(bad).unwrap_err().to_string();
+        assert!(error.contains("checkpoint.max_shard_size"), "{bad}: {error}");
+    }
+    let bf16 = RunConfig::from_toml_str(&format!("{base}save_dtype = \"bf16\"\n")).unwrap();
+    assert_eq!(
+        bf16.checkpoint.save_options().unwrap().dtype,
+        grpo_model::weights::SaveDtype::Bf16
+    );
+    assert!(RunConfig::from_toml_str(&format!("{base}save_dtype = \"f16\"\n")).is_err());
+}

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, hf_config_json, hf_tensor_f32, hf_tensor_name};
 use crate::names::parameters;
 use crate::tokenizer::{GgufTokenizerSpec, Tokenizer};
-use crate::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use crate::weights::{HostTensor, Safetensors, SaveOptions, WeightSource, save_model_weights};
 
 /// A model ready to load onto a device.
 pub struct Pretrained {
@@ -145,20 +145,22 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
     for spec in parameters(&config) {
         tensors.insert(spec.name.clone(), weights.tensor(&spec.name)?);
     }
-    write_model_dir(out, &config_json, &config, &tensors, &tokenizer)?;
+    write_model_dir(out, &config_json, &config, &tensors, &tokenizer, SaveOptions::default())?;
     Ok(tensors.len())
 }
 
-/// Writes a Hugging Face model folder: config.json, model.safetensors (f32),
-/// tokenizer.json, tokenizer_config.json and generation_config.json.
-/// config.json is written last, so an interrupted write leaves no folder
-/// that looks complete.
+/// Writes a Hugging Face model folder as `options` say: config.json (its
+/// `torch_dtype` the weights'), the weights (`model.safetensors`, or shards
+/// and their index), the tokenizer's files (with `chat_template.jinja`) and
+/// generation_config.json. config.json is written last, so an interrupted
+/// write leaves no folder that looks complete.
 pub fn write_model_dir(
     out: &Path,
     config_json: &serde_json::Value,
     config: &ModelConfig,
     tensors: &BTreeMap<String, HostTensor>,
     tokenizer: &Tokenizer,
+    options: SaveOptions,
 ) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| Error::io("create", out, e))?;
     let write_json = |name: &str, value: &serde_json::Value| -> Result<()> {
@@ -172,6 +174,10 @@ pub fn write_model_dir(
     });
     write_json("generation_config.json", &generation)?;
     tokenizer.save(out)?;
-    save_safetensors(out.join("model.safetensors"), tensors)?;
-    write_json("config.json", config_json)
+    save_model_weights(out, tensors, options)?;
+    let mut config_json = config_json.clone();
+    if let Some(fields) = config_json.as_object_mut() {
+        fields.insert("torch_dtype".into(), options.dtype.torch_name().into());
+    }
+    write_json("config.json", &config_json)
 }

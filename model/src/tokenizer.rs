@@ -25,6 +25,8 @@ use crate::{Error, Result};
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// File name of the special tokens and chat template in a Hugging Face model folder.
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+/// The chat template file transformers writes beside the tokenizer.
+pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 
 /// GGUF `tokenizer.ggml.token_type` of a control token (`<|im_start|>`): a special token.
 const TOKEN_TYPE_CONTROL: i32 = 3;
@@ -52,7 +54,9 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json`; the special tokens and chat
-    /// template come from the `tokenizer_config.json` beside it, when there is one.
+    /// template come from the `tokenizer_config.json` beside it, when there
+    /// is one, the template from a `chat_template.jinja` beside it first (as
+    /// transformers reads them).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| Error::io("reading", path, e))?;
@@ -80,10 +84,15 @@ impl Tokenizer {
             eos: id(&config.eos_token)?,
             pad: id(&config.pad_token)?,
         };
+        let template_path = path.with_file_name(CHAT_TEMPLATE_FILE);
+        let chat_template = match template_path.is_file() {
+            true => Some(std::fs::read_to_string(&template_path).map_err(|e| Error::io("reading", &template_path, e))?),
+            false => config.chat_template,
+        };
         Ok(Tokenizer {
             inner,
             special,
-            chat_template: config.chat_template,
+            chat_template,
         })
     }
 
@@ -227,7 +236,13 @@ impl Tokenizer {
             pad_token: token(self.special.pad),
             chat_template: self.chat_template.clone(),
         }
-        .save(&dir.join(TOKENIZER_CONFIG_FILE))
+        .save(&dir.join(TOKENIZER_CONFIG_FILE))?;
+        // Where transformers 4.49 and later save it (and read it first).
+        if let Some(template) = &self.chat_template {
+            let path = dir.join(CHAT_TEMPLATE_FILE);
+            std::fs::write(&path, template).map_err(|e| Error::io("writing", &path, e))?;
+        }
+        Ok(())
     }
 }
 

@@ -192,17 +192,123 @@ impl WeightSource for Safetensors {
 /// Writes `tensors` as one f32 safetensors file, atomically (temporary file,
 /// then rename), so transformers can load it.
 pub fn save_safetensors(path: impl AsRef<Path>, tensors: &BTreeMap<String, HostTensor>) -> Result<()> {
-    let path = path.as_ref();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
-        .iter()
+    write_file(path.as_ref(), tensors.iter(), SaveDtype::F32)
+}
+
+/// The dtype a model folder's weights are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SaveDtype {
+    /// 32-bit floats, as trained.
+    #[default]
+    F32,
+    /// bfloat16, rounded to nearest even: half the bytes.
+    Bf16,
+}
+
+impl SaveDtype {
+    /// Bytes per value.
+    fn bytes(self) -> u64 {
+        match self {
+            SaveDtype::F32 => 4,
+            SaveDtype::Bf16 => 2,
+        }
+    }
+
+    /// transformers' name of it (config.json's `torch_dtype`).
+    pub fn torch_name(self) -> &'static str {
+        match self {
+            SaveDtype::F32 => "float32",
+            SaveDtype::Bf16 => "bfloat16",
+        }
+    }
+}
+
+/// How a model folder's weights are written, as transformers'
+/// `save_pretrained` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// The values' dtype.
+    pub dtype: SaveDtype,
+    /// Largest shard in bytes (transformers' `max_shard_size`, default
+    /// 5 GB): above it the weights go into `model-0000k-of-0000n.safetensors`
+    /// files named by `model.safetensors.index.json`.
+    pub max_shard_bytes: u64,
+}
+
+impl Default for SaveOptions {
+    fn default() -> Self {
+        SaveOptions {
+            dtype: SaveDtype::F32,
+            max_shard_bytes: 5_000_000_000,
+        }
+    }
+}
+
+/// Writes `tensors` into `dir` as `options` say: `model.safetensors`, or
+/// shards in name order (a tensor larger than a shard alone in its own)
+/// with `model.safetensors.index.json` (`metadata.total_size`, `weight_map`).
+pub fn save_model_weights(dir: &Path, tensors: &BTreeMap<String, HostTensor>, options: SaveOptions) -> Result<()> {
+    let size = |t: &HostTensor| t.data.len() as u64 * options.dtype.bytes();
+    let total: u64 = tensors.values().map(size).sum();
+    if total <= options.max_shard_bytes {
+        return write_file(&dir.join("model.safetensors"), tensors.iter(), options.dtype);
+    }
+    let mut shards: Vec<Vec<(&String, &HostTensor)>> = vec![Vec::new()];
+    let mut filled = 0;
+    for (name, tensor) in tensors {
+        let last = shards.last_mut().expect("one shard at least");
+        if !last.is_empty() && filled + size(tensor) > options.max_shard_bytes {
+            shards.push(Vec::new());
+            filled = 0;
+        }
+        shards.last_mut().expect("one shard at least").push((name, tensor));
+        filled += size(tensor);
+    }
+    let mut weight_map = serde_json::Map::new();
+    for (i, shard) in shards.iter().enumerate() {
+        let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, shards.len());
+        write_file(&dir.join(&file), shard.iter().copied(), options.dtype)?;
+        for (name, _) in shard {
+            weight_map.insert(name.to_string(), file.clone().into());
+        }
+    }
+    let index = serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
+    let path = dir.join("model.safetensors.index.json");
+    let text = serde_json::to_string_pretty(&index).map_err(|e| Error::format(&path, e.to_string()))?;
+    std::fs::write(&path, text).map_err(|e| Error::io("write", &path, e))
+}
+
+/// Writes `tensors` in `dtype` to the safetensors file `path`, through a
+/// temporary file renamed into place.
+fn write_file<'a>(
+    path: &Path,
+    tensors: impl Iterator<Item = (&'a String, &'a HostTensor)>,
+    dtype: SaveDtype,
+) -> Result<()> {
+    let encoded: Vec<(&String, &HostTensor, std::borrow::Cow<'_, [u8]>)> = tensors
         .map(|(name, t)| {
-            // SAFETY: f32 slices are plain bytes.
-            let bytes = unsafe { std::slice::from_raw_parts(t.data.as_ptr().cast::<u8>(), t.data.len() * 4) };
-            safetensors::tensor::TensorView::new(Dtype::F32, t.dims.clone(), bytes)
-                .map(|v| (name.clone(), v))
+            let bytes = match dtype {
+                // SAFETY: f32 slices are plain bytes (little-endian on every supported target).
+                SaveDtype::F32 => std::borrow::Cow::Borrowed(unsafe {
+                    std::slice::from_raw_parts(t.data.as_ptr().cast::<u8>(), t.data.len() * 4)
+                }),
+                SaveDtype::Bf16 => t.data.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
+            };
+            (name, t, bytes)
+        })
+        .collect();
+    let kind = match dtype {
+        SaveDtype::F32 => Dtype::F32,
+        SaveDtype::Bf16 => Dtype::BF16,
+    };
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = encoded
+        .iter()
+        .map(|(name, t, bytes)| {
+            safetensors::tensor::TensorView::new(kind, t.dims.clone(), bytes)
+                .map(|v| (name.to_string(), v))
                 .map_err(|e| Error::Tensor {
                     path: path.to_path_buf(),
-                    tensor: name.clone(),
+                    tensor: name.to_string(),
                     message: e.to_string(),
                 })
         })

@@ -10,7 +10,9 @@ use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
-use grpo_model::weights::{HostTensor, Safetensors, WeightSource, save_safetensors};
+use grpo_model::weights::{
+    HostTensor, Safetensors, SaveDtype, SaveOptions, WeightSource, save_model_weights, save_safetensors,
+};
 use grpo_xla::ElementType;
 use half::{bf16, f16};
 use safetensors::Dtype;
@@ -122,4 +124,61 @@ fn a_checkpoint_of_the_wrong_shape_is_refused_naming_the_tensor() {
         error.contains("mlp.gate_proj.weight") && error.contains("[64, 32]") && error.contains("[96, 32]"),
         "{error}"
     );
+}
+
+#[test]
+fn models_save_sharded_and_in_bf16_as_transformers_writes_them() {
+    // 1000 + 600 + 300 values: at 2 bytes, shards of at most 2400 bytes hold
+    // `a` alone (2000), then `b` and `c` (1800).
+    let values = |n: usize, scale: f32| (0..n).map(|i| (i as f32 * scale).sin() * 3.7).collect::<Vec<f32>>();
+    let tensors = BTreeMap::from([
+        (
+            "a".to_string(),
+            HostTensor::new(vec![10, 100], values(1000, 0.31)).unwrap(),
+        ),
+        ("b".to_string(), HostTensor::new(vec![600], values(600, 0.17)).unwrap()),
+        (
+            "c".to_string(),
+            HostTensor::new(vec![3, 100], values(300, 0.05)).unwrap(),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let options = SaveOptions {
+        dtype: SaveDtype::Bf16,
+        max_shard_bytes: 2400,
+    };
+    save_model_weights(dir.path(), &tensors, options).unwrap();
+    assert!(!dir.path().join("model.safetensors").exists());
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    assert_eq!(index["metadata"]["total_size"], 3800);
+    let (first, second) = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors");
+    assert_eq!(
+        index["weight_map"],
+        serde_json::json!({"a": first, "b": second, "c": second})
+    );
+    for (file, names) in [(first, vec!["a"]), (second, vec!["b", "c"])] {
+        let bytes = std::fs::read(dir.path().join(file)).unwrap();
+        let read = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut found: Vec<String> = read.names().into_iter().map(str::to_string).collect();
+        found.sort();
+        assert_eq!(found, names);
+        assert!(read.tensors().iter().all(|(_, view)| view.dtype() == Dtype::BF16));
+    }
+    // Read back through the index: each value the nearest bf16.
+    let weights = Safetensors::open_dir(dir.path()).unwrap();
+    for (name, tensor) in &tensors {
+        let back = weights.tensor(name).unwrap();
+        assert_eq!(back.dims, tensor.dims);
+        for (&got, &want) in back.data.iter().zip(&tensor.data) {
+            assert_eq!(got, bf16::from_f32(want).to_f32(), "{name}");
+        }
+    }
+    // Under the shard size: one f32 file, as before.
+    let whole = tempfile::tempdir().unwrap();
+    save_model_weights(whole.path(), &tensors, SaveOptions::default()).unwrap();
+    let weights = Safetensors::open_dir(whole.path()).unwrap();
+    assert_eq!(weights.tensor("a").unwrap(), tensors["a"]);
+    assert!(!whole.path().join("model.safetensors.index.json").exists());
 }

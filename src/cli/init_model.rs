@@ -10,6 +10,7 @@ use grpo_model::config::Family;
 use grpo_model::init::{Preset, preset_config, random_weights};
 use grpo_model::pretrained::{Pretrained, write_model_dir};
 use grpo_model::tokenizer::Tokenizer;
+use grpo_model::weights::SaveOptions;
 
 /// Arguments of `grpo init-model`.
 #[derive(Debug, clap::Args)]
@@ -52,7 +53,14 @@ pub fn run(args: &InitModelArgs) -> anyhow::Result<()> {
         eos,
     );
     let weights = random_weights(&config, args.seed)?;
-    write_model_dir(&args.out, &config.to_hf_json(), &config, &weights, &tokenizer)?;
+    write_model_dir(
+        &args.out,
+        &config.to_hf_json(),
+        &config,
+        &weights,
+        &tokenizer,
+        SaveOptions::default(),
+    )?;
     println!(
         "wrote a random {} model ({} tensors) to {}",
         args.family.model_type(),

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use grpo_learner::checkpoint::{SavedModel, SavedPolicy, save_model};
 use grpo_model::decoder::Decoder;
 use grpo_model::pretrained::Pretrained;
+use grpo_model::weights::SaveOptions;
 
 use crate::cli::adapter::{merged, read};
 
@@ -49,6 +50,7 @@ pub fn run(args: &MergeArgs) -> anyhow::Result<()> {
         config: &model.config,
         tokenizer,
         name: &args.base,
+        options: SaveOptions::default(),
     };
     save_model(&args.out, model_files, &SavedPolicy::Model(tensors))?;
     println!(

@@ -159,6 +159,7 @@ impl ConfigFile for SftRunConfig {
     fn validate(&self) -> Result<()> {
         self.optimizer.validate()?;
         self.trainer.validate()?;
+        self.checkpoint.validate()?;
         self.logging.validate()?;
         self.lora.as_ref().map_or(Ok(()), LoraSection::validate)
     }

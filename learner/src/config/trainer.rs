@@ -1,12 +1,13 @@
 //! `[trainer]`, `[checkpoint]` and `[logging]`: steps and batches, the
 //! learner's devices, checkpoints and the output folder.
 
+use grpo_model::weights::{SaveDtype, SaveOptions};
 use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
 use super::values::{check_epochs, require, run_steps};
-use super::{DtypeSetting, MAX_BATCH, ParallelismKind};
-use crate::error::Result;
+use super::{Dtype, DtypeSetting, MAX_BATCH, ParallelismKind};
+use crate::error::{Error, Result};
 
 /// `[trainer]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +90,13 @@ pub struct CheckpointSection {
     /// Keep the newest this many checkpoints, deleting older ones (0: all). Default 3.
     #[serde(alias = "save_total_limit")]
     pub keep_last: usize,
+    /// The dtype of the final folder's weights: "f32" or "bf16" (half the
+    /// bytes). Checkpoints stay f32, so that a resumed run is exact. Default "f32".
+    pub save_dtype: Dtype,
+    /// Largest weights file of a saved model (transformers'
+    /// `max_shard_size`): bytes, or a size such as "5GB", "500MB", "2GiB";
+    /// above it the weights are sharded with an index. Default "5GB".
+    max_shard_size: toml::Value,
 }
 
 impl Default for CheckpointSection {
@@ -96,6 +104,63 @@ impl Default for CheckpointSection {
         CheckpointSection {
             every: 20,
             keep_last: 3,
+            save_dtype: Dtype::F32,
+            max_shard_size: toml::Value::String("5GB".to_string()),
         }
+    }
+}
+
+impl CheckpointSection {
+    /// How the final folder is written (checkpoints: the same, in f32).
+    pub fn save_options(&self) -> Result<SaveOptions> {
+        Ok(SaveOptions {
+            dtype: match self.save_dtype {
+                Dtype::F32 => SaveDtype::F32,
+                Dtype::Bf16 => SaveDtype::Bf16,
+            },
+            max_shard_bytes: shard_bytes(&self.max_shard_size)?,
+        })
+    }
+
+    /// Checks the section's values.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.save_options().map(drop)
+    }
+}
+
+/// `max_shard_size` in bytes, as transformers reads it: a number of bytes,
+/// or a number with a decimal (`KB`, `MB`, `GB`, `TB`) or binary (`KiB`,
+/// `MiB`, `GiB`, `TiB`) unit.
+fn shard_bytes(size: &toml::Value) -> Result<u64> {
+    let bad = || Error::Config {
+        field: "checkpoint.max_shard_size",
+        message: format!("{size}: give bytes (at least 1), or a size such as \"5GB\", \"500MB\" or \"2GiB\""),
+    };
+    let bytes = match size {
+        toml::Value::Integer(bytes) if *bytes > 0 => *bytes as f64,
+        toml::Value::String(text) => {
+            let text = text.trim();
+            let split = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
+            let (number, unit) = text.split_at(split);
+            let number: f64 = number.trim().parse().map_err(|_| bad())?;
+            let scale = match unit.to_ascii_uppercase().as_str() {
+                "" | "B" => 1.0,
+                "KB" => 1e3,
+                "MB" => 1e6,
+                "GB" => 1e9,
+                "TB" => 1e12,
+                "KIB" => 1024.0,
+                "MIB" => 1024.0 * 1024.0,
+                "GIB" => 1024.0 * 1024.0 * 1024.0,
+                "TIB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+                _ => return Err(bad()),
+            };
+            number * scale
+        }
+        _ => return Err(bad()),
+    };
+    match (1.0..=1e18).contains(&bytes) {
+        true => Ok(bytes as u64),
+        false => Err(bad()),
     }
 }

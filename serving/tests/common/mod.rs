@@ -51,7 +51,15 @@ pub fn write_model(dir: &Path, family: Family, seed: u64) {
     let eos = tokenizer.eos_id().unwrap();
     let config = preset_config(family, Preset::Tiny, tokenizer.vocab_size(), tokenizer.bos_id(), eos);
     let weights = random_weights(&config, seed).unwrap();
-    write_model_dir(dir, &config.to_hf_json(), &config, &weights, &tokenizer).unwrap();
+    write_model_dir(
+        dir,
+        &config.to_hf_json(),
+        &config,
+        &weights,
+        &tokenizer,
+        Default::default(),
+    )
+    .unwrap();
 }
 
 /// The tiny llama model folder the servers load (written once per binary).

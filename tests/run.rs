@@ -527,7 +527,7 @@ fn the_final_folder_is_written_in_bf16_shards_while_checkpoints_stay_f32() {
         );
     }
     // The checkpoint keeps f32 (a resumed run is exact); the final folder is its rounding.
-    let checkpoint = Safetensors::open_dir(&out.join("checkpoint-1")).unwrap();
+    let checkpoint = Safetensors::open_dir(out.join("checkpoint-1")).unwrap();
     let saved = Safetensors::open_dir(&final_dir).unwrap();
     for name in index["weight_map"].as_object().unwrap().keys() {
         let (exact, rounded) = (checkpoint.tensor(name).unwrap(), saved.tensor(name).unwrap());

@@ -315,6 +315,7 @@ fn a_killed_lora_run_with_dropout_resumes_to_the_same_adapters_and_writes_peft_f
         assert_eq!(settings["peft_type"], "LORA");
         assert_eq!(settings["r"], 4);
         assert_eq!(settings["lora_alpha"], 8.0);
+        assert_eq!(settings["lora_dropout"], 0.1, "the dropout the adapters trained with");
         assert_eq!(
             settings["target_modules"],
             serde_json::json!(["down_proj", "q_proj", "v_proj"])

@@ -277,6 +277,7 @@ impl<O: Objective> Learner<O> {
             Some(lora) => SavedPolicy::Adapters(AdapterFolder {
                 lora: lora.clone(),
                 tensors: params.into_iter().collect(),
+                dropout: self.decoder.adapter_dropout(),
             }),
             None => SavedPolicy::Model(params),
         })

@@ -222,15 +222,21 @@ fn new_adapters_leave_the_model_unchanged_and_round_trip_as_peft_folders() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let folder = AdapterFolder { lora, tensors };
+    let folder = AdapterFolder {
+        lora,
+        tensors,
+        dropout: 0.05,
+    };
     folder.write(dir.path(), &config, "tiny-llama").unwrap();
     let back = AdapterFolder::read(dir.path(), &config).unwrap();
     assert_eq!(back.lora, folder.lora);
     assert_eq!(back.tensors, folder.tensors);
+    assert_eq!(back.dropout, 0.05);
     let settings: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!(settings["target_modules"], serde_json::json!(["down_proj", "q_proj"]));
     assert_eq!(settings["base_model_name_or_path"], "tiny-llama");
+    assert_eq!(settings["lora_dropout"], 0.05);
     let names = Safetensors::open_files(&[dir.path().join("adapter_model.safetensors")])
         .unwrap()
         .names();

@@ -39,7 +39,11 @@ fn write_adapter(dir: &Path, rank: usize, targets: &[&str], seed: u64) -> Adapte
             *v = (h % 2001) as f32 / 1000.0 - 1.0;
         }
     }
-    let folder = AdapterFolder { lora, tensors };
+    let folder = AdapterFolder {
+        lora,
+        tensors,
+        dropout: 0.0,
+    };
     folder.write(dir, &config, "tiny").unwrap();
     folder
 }

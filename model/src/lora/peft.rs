@@ -24,8 +24,8 @@ pub const ADAPTER_WEIGHTS_FILE: &str = "adapter_model.safetensors";
 
 impl LoraConfig {
     /// PEFT's `adapter_config.json` for these adapters on `layers` of the
-    /// model at `base` (a path or a Hub name).
-    pub fn peft_config(&self, layers: &[AdaptedLayer], base: &str) -> Value {
+    /// model at `base` (a path or a Hub name), trained with `dropout`.
+    pub fn peft_config(&self, layers: &[AdaptedLayer], base: &str, dropout: f64) -> Value {
         let mut targets: Vec<&str> = layers.iter().map(|l| leaf(&l.name)).collect();
         targets.sort_unstable();
         targets.dedup();
@@ -35,7 +35,7 @@ impl LoraConfig {
             "base_model_name_or_path": base,
             "r": self.rank,
             "lora_alpha": self.alpha,
-            "lora_dropout": 0.0,
+            "lora_dropout": dropout,
             "target_modules": targets,
             "use_rslora": self.use_rslora,
             "bias": "none",
@@ -133,6 +133,9 @@ pub struct AdapterFolder {
     pub lora: LoraConfig,
     /// The tensors, named as [`adapter_parameters`] names them.
     pub tensors: BTreeMap<String, HostTensor>,
+    /// The dropout on the adapters' inputs they were trained with (PEFT's
+    /// `lora_dropout`; inference never applies it).
+    pub dropout: f64,
 }
 
 impl AdapterFolder {
@@ -170,7 +173,12 @@ impl AdapterFolder {
                 message: "not an adapter of the configured target modules".to_string(),
             });
         }
-        Ok(AdapterFolder { lora, tensors })
+        let dropout = settings
+            .get("lora_dropout")
+            .and_then(Value::as_f64)
+            .filter(|p| (0.0..1.0).contains(p))
+            .unwrap_or(0.0);
+        Ok(AdapterFolder { lora, tensors, dropout })
     }
 
     /// Writes the folder into `dir` (created if needed): the settings for
@@ -178,7 +186,8 @@ impl AdapterFolder {
     pub fn write(&self, dir: &Path, config: &ModelConfig, base: &str) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
         let layers = self.lora.layers(config)?;
-        let settings = serde_json::to_string_pretty(&self.lora.peft_config(&layers, base)).expect("JSON values print");
+        let settings = serde_json::to_string_pretty(&self.lora.peft_config(&layers, base, self.dropout))
+            .expect("JSON values print");
         let config_path = dir.join(ADAPTER_CONFIG_FILE);
         std::fs::write(&config_path, settings).map_err(|e| Error::io("write", &config_path, e))?;
         let named = self

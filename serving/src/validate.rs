@@ -56,13 +56,15 @@ pub fn top_logprobs(param: &str, value: i64) -> Result<usize> {
     Ok(int_in(param, value, 0, MAX_TOP_LOGPROBS as i64)? as usize)
 }
 
-/// The engine's sampling settings from the shared fields.
+/// The engine's sampling settings from the shared fields, with the field
+/// that asked for their guide, if one did (to name it when the engine
+/// refuses the grammar).
 pub fn sampling(
     fields: &SamplingFields,
     max_tokens: usize,
     logprobs: Option<usize>,
     limits: &RequestLimits,
-) -> Result<SamplingParams> {
+) -> Result<(SamplingParams, Option<&'static str>)> {
     let defaults = SamplingParams::default();
     let float = |param: &str, value: Option<f64>, default: f32, low: f64, high: f64| match value {
         Some(v) => float_in(param, v, low, high),
@@ -82,7 +84,7 @@ pub fn sampling(
         return Err(Error::invalid("stop", "stop strings must not be empty"));
     }
     limits.check_stop(&stop)?;
-    Ok(SamplingParams {
+    let params = SamplingParams {
         n: int_in("n", fields.n.unwrap_or(1), 1, MAX_N)? as usize,
         max_tokens,
         min_tokens,
@@ -113,7 +115,10 @@ pub fn sampling(
         skip_special_tokens: fields.skip_special_tokens.unwrap_or(defaults.skip_special_tokens),
         // vLLM's default: the logprobs a client gets are the model's own.
         logprobs_mode: LogprobsMode::Raw,
-        guide: crate::structured::requested(fields)?.map(|(_, guide)| guide),
+        guide: None,
         adapter: None,
-    })
+    };
+    // Read last, as the field comes last: other fields' errors come first.
+    let (guided_by, guide) = crate::structured::requested(fields)?.unzip();
+    Ok((SamplingParams { guide, ..params }, guided_by))
 }

@@ -29,7 +29,7 @@ use crate::protocol::common::Usage;
 use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
 use crate::tools::{self, StreamedCalls, ToolCalling};
-use crate::{sse, structured, validate};
+use crate::{sse, validate};
 
 /// The messages as the chat template takes them (text parts joined).
 pub fn messages(messages: &[ChatMessageIn]) -> Result<Vec<ChatMessage>> {
@@ -232,11 +232,11 @@ pub async fn chat(
         (false, None) => None,
     };
     let limits = &state.config.limits;
-    let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    let (mut params, requested) = validate::sampling(&sampling, max_tokens, top, limits)?;
     params.adapter = target.adapter;
     let guided_by = match offer.guide.is_some() {
         true => Some("tool_choice"),
-        false => structured::requested(&sampling)?.map(|(field, _)| field),
+        false => requested,
     };
     if let Some(guide) = offer.guide {
         if params.guide.is_some() {

@@ -21,7 +21,7 @@ use crate::protocol::completions::{
 };
 use crate::routes::generate::{ChoiceUpdate, Chunker, TokenView, chunks, collect, request_id, start, unix_now};
 use crate::state::AppState;
-use crate::{sse, structured, validate};
+use crate::{sse, validate};
 
 /// vLLM's default `max_tokens` of a completion.
 const DEFAULT_MAX_TOKENS: i64 = 16;
@@ -179,7 +179,7 @@ pub async fn completions(
         ));
     }
     let limits = &state.config.limits;
-    let mut params = validate::sampling(&sampling, max_tokens, top, limits)?;
+    let (mut params, guided_by) = validate::sampling(&sampling, max_tokens, top, limits)?;
     params.adapter = target.adapter;
     let n = params.n;
     limits.check_size(prompts.len(), n)?;
@@ -191,7 +191,6 @@ pub async fn completions(
         prompt: p.clone(),
         params: params.clone(),
     });
-    let guided_by = structured::requested(&sampling)?.map(|(field, _)| field);
     let merged = start(&state, engine_requests.collect())
         .await
         .map_err(|e| e.guided_by(guided_by))?;

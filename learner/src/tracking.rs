@@ -56,9 +56,7 @@ impl Reporting {
     /// The hook that reports it.
     pub fn hook(&self) -> Reports {
         Reports {
-            every: self.every,
-            tensorboard: self.tensorboard,
-            completions: self.completions,
+            settings: self.clone(),
             window: BTreeMap::new(),
             events: None,
             table: None,
@@ -68,9 +66,7 @@ impl Reporting {
 
 /// The reporting hook.
 pub struct Reports {
-    every: usize,
-    tensorboard: bool,
-    completions: Option<Option<usize>>,
+    settings: Reporting,
     /// Each metric's sum and count since the last report.
     window: BTreeMap<String, (f64, usize)>,
     events: Option<EventFile>,
@@ -109,7 +105,7 @@ impl Reports {
     /// Refills the window with the steps of `metrics` after the last
     /// report at or before step `done` (a resumed run's).
     fn refill(&mut self, metrics: &Path, done: usize) -> Result<()> {
-        let since = done - done % self.every;
+        let since = done - done % self.settings.every;
         let text = std::fs::read_to_string(metrics).map_err(|e| io(metrics, "read", e))?;
         for line in text.lines() {
             if let Ok(Value::Object(line)) = serde_json::from_str::<Value>(line)
@@ -127,7 +123,7 @@ impl Hook for Reports {
     fn on_start(&mut self, run: &mut dyn RunContext) -> Result<()> {
         let resumed = run.resumed_from().is_some();
         let done = run.steps_done();
-        if self.tensorboard {
+        if self.settings.tensorboard {
             let mut events = EventFile::create(&tensorboard_dir(run.out()))?;
             if resumed {
                 events.restart_at(done + 1)?;
@@ -137,7 +133,7 @@ impl Hook for Reports {
         if resumed {
             self.refill(&MetricsLog::path(run.out()), done)?;
         }
-        if self.completions.is_some() {
+        if self.settings.completions.is_some() {
             let path = completions_path(run.out());
             let file = open_step_lines(&path, run)?;
             self.table = Some((path, file));
@@ -153,7 +149,7 @@ impl Hook for Reports {
         {
             events.scalars(step, &evaluation)?;
         }
-        if !(step.is_multiple_of(self.every) || step == run.max_steps()) {
+        if !(step.is_multiple_of(self.settings.every) || step == run.max_steps()) {
             return Ok(());
         }
         let means = self.means();
@@ -162,7 +158,7 @@ impl Hook for Reports {
         {
             events.scalars(step, &means)?;
         }
-        if let Some(most) = self.completions
+        if let Some(most) = self.settings.completions
             && !record.rollouts.is_empty()
         {
             let rows = &record.rollouts[..most.unwrap_or(usize::MAX).min(record.rollouts.len())];

@@ -14,6 +14,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{lines, run_ok, tiny_model, tiny_run};
+
+#[path = "../tools/test_python.rs"]
+mod test_python;
+
+#[path = "../tools/prometheus_page.rs"]
+mod prometheus_page;
 use grpo_learner::fleet::{Fleet, FleetConfig, WorkerFleet};
 use grpo_learner::record::{RolloutRow, read_rollouts};
 use grpo_model::weights::{Safetensors, WeightSource};
@@ -389,6 +395,104 @@ fn a_run_trains_on_a_worker_that_registered_over_tls() {
         "the worker registered with its https address: {}",
         run.log()
     );
+}
+
+/// The samples of the page at `addr`, waiting up to a minute for it to answer.
+fn scrape(addr: &str) -> Vec<prometheus_page::Sample> {
+    let started = Instant::now();
+    loop {
+        if let Some(page) = prometheus_page::fetch(addr) {
+            return prometheus_page::parse_page(&test_python::test_python(), &page);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "nothing answers on {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_run_and_its_worker_serve_prometheus_pages_that_agree_with_the_metrics_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiny_run(dir.path(), "max_steps = 200\neval_every = 0\n\n[checkpoint]\nevery = 0");
+    let worker_page = format!("127.0.0.1:{}", free_port());
+    let port = worker_page.rsplit(':').next().unwrap();
+    let worker = Worker::start_with(
+        &dir.path().join("tiny"),
+        "s3cret",
+        &["--port", "0", "--metrics-port", port],
+    );
+    let run_page = format!("127.0.0.1:{}", free_port());
+    let sets = [
+        format!("rollout.workers=[\"{}\"]", worker.addr),
+        format!("logging.prometheus_listen=\"{run_page}\""),
+    ];
+    let mut run = Run::start(&config, &sets);
+    run.wait_for_steps(2);
+    let page = scrape(&run_page);
+    // The page follows each step once its metrics line is written.
+    let log = lines(&dir.path().join("out/metrics.jsonl"));
+    let value = |name: &str, labels: &[(&str, &str)]| prometheus_page::value(&page, name, labels);
+    let step = value("grpo_step", &[]) as usize;
+    assert!(step >= 2 && step <= log.len(), "step {step} of {} logged", log.len());
+    let done = &log[..step];
+    let last = &done[step - 1];
+    assert_eq!(last["step"], step);
+    assert_eq!(value("grpo_max_steps", &[]), 200.0);
+    let kind = |family: &str| page.iter().find(|s| s.family == family).map(|s| s.kind.as_str());
+    assert_eq!(kind("grpo_tokens"), Some("counter"));
+    assert_eq!(kind("grpo_step"), Some("gauge"));
+    assert_eq!(kind("grpo_step_duration_seconds"), Some("histogram"));
+    assert_eq!(value("grpo_reward", &[]), last["reward"].as_f64().unwrap());
+    assert_eq!(value("grpo_reward_std", &[]), last["reward_std"].as_f64().unwrap());
+    assert_eq!(
+        value("grpo_train_metric", &[("name", "loss")]),
+        last["loss"].as_f64().unwrap()
+    );
+    assert_eq!(
+        value("grpo_train_metric", &[("name", "completions/mean_length")]),
+        last["completions/mean_length"].as_f64().unwrap()
+    );
+    assert_eq!(value("grpo_tokens_total", &[]), last["num_tokens"].as_f64().unwrap());
+    assert_eq!(value("grpo_step_duration_seconds_count", &[]), step as f64);
+    assert_eq!(value("grpo_fleet_members", &[]), 1.0);
+    assert_eq!(
+        value("grpo_fleet_ready_workers", &[]),
+        last["fleet_ready"].as_f64().unwrap()
+    );
+    let synced: Vec<f64> = done.iter().filter_map(|l| l["weight_sync_bytes"].as_f64()).collect();
+    assert_eq!(synced.len(), step, "a push after every step");
+    assert_eq!(value("grpo_weight_syncs_total", &[]), step as f64);
+    assert_eq!(value("grpo_weight_sync_bytes_total", &[]), synced.iter().sum::<f64>());
+    let time: f64 = done.iter().filter_map(|l| l["time_weight_sync"].as_f64()).sum();
+    assert!((value("grpo_weight_sync_seconds_total", &[]) - time).abs() < 1e-9);
+    let tokens_per_second =
+        last["num_tokens"].as_f64().unwrap() - done.get(step - 2).map_or(0.0, |l| l["num_tokens"].as_f64().unwrap());
+    let expected = tokens_per_second / last["step_time"].as_f64().unwrap();
+    assert!((value("grpo_tokens_per_second", &[]) - expected).abs() < 1e-6 * expected);
+    drop(run);
+
+    // The worker counts what the learner pushed and sampled.
+    let page = scrape(&worker_page);
+    let value = |name: &str, labels: &[(&str, &str)]| prometheus_page::value(&page, name, labels);
+    let installed = value("grpo_worker_weight_updates_total", &[("outcome", "installed")]);
+    assert!(installed >= step as f64, "{installed} updates installed, {step} pushed");
+    assert_eq!(
+        value("grpo_worker_weight_updates_total", &[("outcome", "rejected")]),
+        0.0
+    );
+    assert_eq!(value("grpo_worker_weight_update_seconds_count", &[]), installed);
+    let bytes = value("grpo_worker_weight_update_bytes_total", &[]);
+    let push = synced[0];
+    assert!(
+        bytes >= installed * push && bytes <= (installed + 1.0) * push,
+        "{bytes} bytes for {installed} pushes of {push}"
+    );
+    assert!(value("grpo_engine_weights_version", &[]) >= step as f64);
+    let trained: f64 = done.iter().map(|l| l["trained_samples"].as_f64().unwrap()).sum();
+    assert!(value("grpo_worker_samples_sent_total", &[]) >= trained);
+    assert!(value("grpo_worker_generate_calls_total", &[]) >= 1.0);
+    assert!(value("grpo_engine_generated_tokens_total", &[]) > 0.0);
+    assert_eq!(value("grpo_engine_slots", &[]), 4.0);
+    assert_eq!(value("vllm:num_requests_running", &[]), 0.0);
 }
 
 #[test]

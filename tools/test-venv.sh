@@ -5,7 +5,8 @@
 # PyYAML + kubernetes-validate (deploy/test_deploy.py checks the Kubernetes
 # manifests against the official schemas, offline), jsonschema (structured
 # outputs are validated against their schemas), tensorboard (a run's event
-# files are read with TensorBoard's own reader) — and prints its
+# files are read with TensorBoard's own reader), prometheus-client (every
+# /metrics page is parsed with Prometheus' own Python parser) — and prints its
 # interpreter's path on stdout (progress goes to stderr):
 #
 #   PY=$(tools/test-venv.sh)
@@ -16,7 +17,7 @@
 # makes a second run a no-op; a failed install exits non-zero.
 set -euo pipefail
 
-TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1 pyyaml==6.0.3 kubernetes-validate==1.37.0 jsonschema==4.26.0 tensorboard==2.21.0)
+TEST_PACKAGES=(openai==3.57.0 pyarrow==26.0.1 pandas==3.1.1 pyyaml==6.0.3 kubernetes-validate==1.37.0 jsonschema==4.26.0 tensorboard==2.21.0 prometheus-client==0.26.0)
 
 CACHE=${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}
 VENV=$CACHE/test-venv
@@ -41,7 +42,7 @@ STAMP=$VENV/.grpo-test-packages
 if [[ ! -f $STAMP || "$(cat "$STAMP")" != "${TEST_PACKAGES[*]}" ]]; then
     echo "== test venv: installing ${TEST_PACKAGES[*]}" >&2
     "$PY" -m pip install --disable-pip-version-check --no-input --progress-bar off -q "${TEST_PACKAGES[@]}" >&2
-    "$PY" -c 'import openai, pyarrow, pandas, yaml, kubernetes_validate, tensorboard; print("openai", openai.__version__, "pyarrow", pyarrow.__version__)' >&2
+    "$PY" -c 'import openai, pyarrow, pandas, yaml, kubernetes_validate, tensorboard, prometheus_client; print("openai", openai.__version__, "pyarrow", pyarrow.__version__)' >&2
     printf '%s' "${TEST_PACKAGES[*]}" >"$STAMP"
 fi
 

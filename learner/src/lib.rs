@@ -56,6 +56,9 @@
 //!   the metric names grpo used before it took TRL's.
 //! - [`plot`]: a PNG of training reward and eval accuracy by step from
 //!   `OUT/metrics.jsonl`, with an embedded font.
+//! - [`tracking`]: reports beyond the metrics log at TRL's cadence
+//!   (TensorBoard through [`tensorboard`], completions tables), and the
+//!   run's Prometheus page ([`prometheus`]).
 
 #![warn(missing_docs)]
 
@@ -82,6 +85,7 @@ pub mod metrics;
 pub mod objective;
 pub mod plot;
 pub mod probe;
+pub mod prometheus;
 pub mod record;
 pub mod rollouts;
 pub mod run;

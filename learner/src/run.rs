@@ -564,7 +564,7 @@ impl<T: Task> Run<T> {
             Box::new(MetricsLog::default()),
         ];
         if let Some(reporting) = &self.reporting {
-            hooks.push(Box::new(reporting.hook()));
+            hooks.extend(reporting.hooks());
         }
         if self.samples {
             hooks.push(Box::new(RolloutFile::default()));

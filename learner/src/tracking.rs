@@ -5,13 +5,15 @@
 //! trainer's tags (`train/<name>`; evaluations as `eval/<name>` at their
 //! own step), and with `log_completions` a table of the step's sampled
 //! completions goes to TensorBoard's text tab and to
-//! `OUT/completions.jsonl`. A resumed run takes the steps since the last
+//! `OUT/completions.jsonl`. With `prometheus_listen`, a Prometheus page
+//! follows each step ([`crate::prometheus`]). A resumed run takes the steps since the last
 //! report back from `metrics.jsonl`, so its reports are the ones an
 //! uninterrupted run makes.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -19,6 +21,7 @@ use serde_json::{Map, Value, json};
 use crate::config::{LoggingSection, Tracker};
 use crate::error::Result;
 use crate::hooks::{Hook, MetricsLog, RunContext, io, open_step_lines};
+use crate::prometheus::Exporter;
 use crate::record::RolloutRow;
 use crate::tensorboard::EventFile;
 use crate::trainer::StepRecord;
@@ -40,27 +43,41 @@ pub struct Reporting {
     tensorboard: bool,
     /// With `log_completions`: the most rows a table holds (`None`: all).
     completions: Option<Option<usize>>,
+    /// Where the Prometheus page is served.
+    prometheus: Option<SocketAddr>,
 }
 
 impl Reporting {
     /// What `logging` asks for, `None` when it asks for nothing.
     pub fn of<D>(logging: &LoggingSection<D>) -> Result<Option<Reporting>> {
         let tensorboard = logging.trackers()?.contains(&Tracker::TensorBoard);
-        Ok((tensorboard || logging.log_completions).then(|| Reporting {
-            every: logging.logging_steps.max(1),
-            tensorboard,
-            completions: logging.log_completions.then_some(logging.num_completions_to_print),
-        }))
+        let prometheus = logging.prometheus_listen;
+        Ok(
+            (tensorboard || logging.log_completions || prometheus.is_some()).then(|| Reporting {
+                every: logging.logging_steps.max(1),
+                tensorboard,
+                completions: logging.log_completions.then_some(logging.num_completions_to_print),
+                prometheus,
+            }),
+        )
     }
 
-    /// The hook that reports it.
-    pub fn hook(&self) -> Reports {
-        Reports {
-            settings: self.clone(),
-            window: BTreeMap::new(),
-            events: None,
-            table: None,
+    /// The hooks that report it: the trackers' and tables' [`Reports`], and
+    /// the Prometheus [`Exporter`].
+    pub fn hooks(&self) -> Vec<Box<dyn Hook>> {
+        let mut hooks: Vec<Box<dyn Hook>> = Vec::new();
+        if self.tensorboard || self.completions.is_some() {
+            hooks.push(Box::new(Reports {
+                settings: self.clone(),
+                window: BTreeMap::new(),
+                events: None,
+                table: None,
+            }));
         }
+        if let Some(addr) = self.prometheus {
+            hooks.push(Box::new(Exporter::new(addr)));
+        }
+        hooks
     }
 }
 

@@ -1,20 +1,19 @@
-//! The Prometheus registry with vLLM's metric names, written in the text
-//! exposition format: gauges read from the engine at scrape time, counters
-//! and latency histograms fed by [`tracked`] request streams.
+//! vLLM's request metrics on a Prometheus registry: counters and latency
+//! histograms fed by [`tracked`] request streams, rendered with the engine's
+//! gauges read at scrape time ([`grpo_metrics::engine`]). Every series
+//! carries the `model_name` label.
 //!
-//! `vllm:num_requests_running` counts samples in engine slots;
-//! `vllm:num_requests_waiting` counts queued requests and those held by a
-//! pause; `vllm:kv_cache_usage_perc` is the fraction of slots in use;
-//! `vllm:prefix_cache_*` count prompt tokens admitted and those shared from
-//! a group's one prefill. `vllm:request_success` counts finished samples by
-//! reason; the queue time runs from arrival until the engine took the request.
+//! `vllm:request_success_total` counts finished samples by reason; the
+//! queue time runs from arrival until the engine took the request.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
+use grpo_metrics::prometheus_client::metrics::counter::Counter;
+use grpo_metrics::prometheus_client::metrics::family::Family;
+use grpo_metrics::prometheus_client::metrics::histogram::Histogram;
+use grpo_metrics::prometheus_client::registry::Registry;
 use grpo_rollout::handle::ServiceStats;
 use grpo_rollout::output::FinishReason;
 
@@ -35,169 +34,71 @@ const REQUEST_BUCKETS: &[f64] = &[
     1920.0, 7680.0,
 ];
 
-/// A cumulative histogram.
-#[derive(Debug, Clone)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
+/// The label of a finished sample's reason.
+type Reason = [(&'static str, &'static str); 1];
 
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, value: f64) {
-        for (bound, count) in self.bounds.iter().zip(&mut self.counts) {
-            if value <= *bound {
-                *count += 1;
-            }
-        }
-        self.sum += value;
-        self.count += 1;
-    }
-}
-
-/// What the counters and histograms hold.
-#[derive(Debug, Clone)]
-struct Counters {
-    prompt_tokens: u64,
-    generation_tokens: u64,
-    success: BTreeMap<&'static str, u64>,
+/// The server's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    model_name: String,
+    registry: Registry,
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    success: Family<Reason, Counter>,
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
     queue: Histogram,
 }
 
-/// The server's metrics.
-#[derive(Debug)]
-pub struct Metrics {
-    model_name: String,
-    counters: Mutex<Counters>,
-}
-
 impl Metrics {
     /// Empty metrics labelled with `model_name`.
     pub fn new(model_name: &str) -> Metrics {
+        let mut registry = grpo_metrics::labelled("model_name", model_name);
+        let prompt_tokens = Counter::default();
+        let generation_tokens = Counter::default();
+        let success = Family::<Reason, Counter>::default();
+        for reason in [FinishReason::Stop, FinishReason::Length, FinishReason::Abort] {
+            let _ = success.get_or_create(&[("finished_reason", reason.as_str())]);
+        }
+        let [ttft, itl, e2e, queue] = [TTFT_BUCKETS, ITL_BUCKETS, REQUEST_BUCKETS, REQUEST_BUCKETS]
+            .map(|bounds| Histogram::new(bounds.iter().copied()));
+        registry.register("vllm:prompt_tokens", "Prompt tokens processed", prompt_tokens.clone());
+        registry.register("vllm:generation_tokens", "Tokens generated", generation_tokens.clone());
+        registry.register("vllm:request_success", "Finished samples by reason", success.clone());
+        registry.register("vllm:time_to_first_token_seconds", "Time to first token", ttft.clone());
+        registry.register("vllm:inter_token_latency_seconds", "Time between tokens", itl.clone());
+        registry.register("vllm:e2e_request_latency_seconds", "Request latency", e2e.clone());
+        registry.register(
+            "vllm:request_queue_time_seconds",
+            "Time before the engine took the request",
+            queue.clone(),
+        );
         Metrics {
             model_name: model_name.to_string(),
-            counters: Mutex::new(Counters {
-                prompt_tokens: 0,
-                generation_tokens: 0,
-                success: BTreeMap::new(),
-                ttft: Histogram::new(TTFT_BUCKETS),
-                itl: Histogram::new(ITL_BUCKETS),
-                e2e: Histogram::new(REQUEST_BUCKETS),
-                queue: Histogram::new(REQUEST_BUCKETS),
-            }),
+            registry,
+            prompt_tokens,
+            generation_tokens,
+            success,
+            ttft,
+            itl,
+            e2e,
+            queue,
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Counters) -> T) -> T {
-        f(&mut self.counters.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// The text exposition of every metric, with the engine's `stats`.
+    /// The page of every metric, with the engine's `stats`.
     pub fn render(&self, stats: &ServiceStats) -> String {
-        let counters = self.with(|c| c.clone());
-        let engine = &stats.engine;
-        let slots = engine.slots().max(1);
-        let label = format!(
-            "model_name=\"{}\"",
-            self.model_name.replace('\\', "\\\\").replace('"', "\\\"")
-        );
-        let mut out = String::new();
-        let mut scalar = |name: &str, kind: &str, help: &str, value: f64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{label}}} {value}"
-            );
-        };
-        scalar(
-            "vllm:num_requests_running",
-            "gauge",
-            "Samples running in engine slots.",
-            engine.running as f64,
-        );
-        let waiting = (engine.waiting + stats.held_back) as f64;
-        scalar("vllm:num_requests_waiting", "gauge", "Requests waiting.", waiting);
-        let usage = engine.running as f64 / slots as f64;
-        scalar(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "Fraction of KV-cache slots in use.",
-            usage,
-        );
-        let prompt = counters.prompt_tokens as f64;
-        scalar(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Prompt tokens processed.",
-            prompt,
-        );
-        let generated = counters.generation_tokens as f64;
-        scalar(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Tokens generated.",
-            generated,
-        );
-        let queries = engine.prompt_tokens as f64;
-        scalar(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prompt tokens admitted.",
-            queries,
-        );
-        let hits = (engine.shared_prompt_tokens + engine.kept_prompt_tokens + engine.copied_prompt_tokens) as f64;
-        scalar(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prompt tokens not computed: shared with the group's prefill, kept from the sample a request continues, or copied from a slot holding the same prefix.",
-            hits,
-        );
-        let name = "vllm:request_success_total";
-        let _ = writeln!(out, "# HELP {name} Finished samples by reason.\n# TYPE {name} counter");
-        for reason in [FinishReason::Stop, FinishReason::Length, FinishReason::Abort] {
-            let reason = reason.as_str();
-            let count = counters.success.get(reason).copied().unwrap_or(0);
-            let _ = writeln!(out, "{name}{{finished_reason=\"{reason}\",{label}}} {count}");
-        }
-        for (name, help, histogram) in [
-            (
-                "vllm:time_to_first_token_seconds",
-                "Time to first token.",
-                &counters.ttft,
-            ),
-            (
-                "vllm:inter_token_latency_seconds",
-                "Time between tokens.",
-                &counters.itl,
-            ),
-            ("vllm:e2e_request_latency_seconds", "Request latency.", &counters.e2e),
-            (
-                "vllm:request_queue_time_seconds",
-                "Time before the engine took the request.",
-                &counters.queue,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-            for (bound, count) in histogram.bounds.iter().zip(&histogram.counts) {
-                let _ = writeln!(out, "{name}_bucket{{le=\"{bound:?}\",{label}}} {count}");
-            }
-            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\",{label}}} {}", histogram.count);
-            let _ = writeln!(out, "{name}_sum{{{label}}} {}", histogram.sum);
-            let _ = writeln!(out, "{name}_count{{{label}}} {}", histogram.count);
-        }
-        out
+        let mut engine = grpo_metrics::labelled("model_name", &self.model_name);
+        grpo_metrics::engine::register(&mut engine, stats);
+        grpo_metrics::render(&[&engine, &self.registry])
+    }
+
+    /// Counts `n` finished samples of `reason`.
+    fn finished(&self, reason: FinishReason, n: u64) {
+        self.success
+            .get_or_create(&[("finished_reason", reason.as_str())])
+            .inc_by(n);
     }
 }
 
@@ -213,39 +114,30 @@ struct Tracker {
 impl Tracker {
     fn update(&mut self, token: bool, finished: Option<FinishReason>) {
         let now = Instant::now();
-        let last = self.last_token;
+        let metrics = &self.metrics;
         if token {
+            metrics.generation_tokens.inc();
+            match self.last_token {
+                None => metrics.ttft.observe((now - self.arrived).as_secs_f64()),
+                Some(last) => metrics.itl.observe((now - last).as_secs_f64()),
+            }
             self.last_token = Some(now);
         }
-        let unfinished = &mut self.unfinished;
-        let arrived = self.arrived;
-        self.metrics.with(|c| {
-            if token {
-                c.generation_tokens += 1;
-                match last {
-                    None => c.ttft.observe((now - arrived).as_secs_f64()),
-                    Some(last) => c.itl.observe((now - last).as_secs_f64()),
-                }
+        if let Some(reason) = finished {
+            metrics.finished(reason, 1);
+            self.unfinished = self.unfinished.saturating_sub(1);
+            if self.unfinished == 0 {
+                metrics.e2e.observe((now - self.arrived).as_secs_f64());
             }
-            if let Some(reason) = finished {
-                *c.success.entry(reason.as_str()).or_default() += 1;
-                *unfinished = unfinished.saturating_sub(1);
-                if *unfinished == 0 {
-                    c.e2e.observe((now - arrived).as_secs_f64());
-                }
-            }
-        });
+        }
     }
 }
 
 impl Drop for Tracker {
     fn drop(&mut self) {
         if self.unfinished > 0 {
-            let (unfinished, arrived) = (self.unfinished, self.arrived);
-            self.metrics.with(|c| {
-                *c.success.entry(FinishReason::Abort.as_str()).or_default() += unfinished as u64;
-                c.e2e.observe(arrived.elapsed().as_secs_f64());
-            });
+            self.metrics.finished(FinishReason::Abort, self.unfinished as u64);
+            self.metrics.e2e.observe(self.arrived.elapsed().as_secs_f64());
         }
     }
 }
@@ -253,10 +145,8 @@ impl Drop for Tracker {
 /// `updates` of a request of `n` samples and `prompt_tokens` that arrived
 /// at `arrived` and was just taken by the engine, recorded in `metrics`.
 pub fn tracked(metrics: &Arc<Metrics>, updates: Updates, arrived: Instant, prompt_tokens: usize, n: usize) -> Updates {
-    metrics.with(|c| {
-        c.prompt_tokens += prompt_tokens as u64;
-        c.queue.observe(arrived.elapsed().as_secs_f64());
-    });
+    metrics.prompt_tokens.inc_by(prompt_tokens as u64);
+    metrics.queue.observe(arrived.elapsed().as_secs_f64());
     let mut tracker = Tracker {
         metrics: metrics.clone(),
         arrived,

@@ -136,11 +136,65 @@ async fn tokenize_detokenize_and_info_routes() {
     assert_eq!(server.metric("vllm:generation_tokens_total").await, 3.0);
     assert_eq!(
         server
-            .metric("vllm:request_success_total{finished_reason=\"length\"")
+            .metric("vllm:request_success_total{finished_reason=\"length\"}")
             .await,
         1.0
     );
     assert_eq!(server.metric("vllm:e2e_request_latency_seconds_count").await, 1.0);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_metrics_page_reads_back_with_prometheus_own_parser() {
+    // A served name that needs every escape of a label value.
+    let name = "tiny \"quoted\" \\ and\nsecond line";
+    let server = start(2, |config| config.served_model_name = name.to_string()).await;
+    for max_tokens in [3, 5] {
+        server
+            .post(
+                "/v1/completions",
+                &json!({"prompt": "count me", "max_tokens": max_tokens, "ignore_eos": true}),
+            )
+            .await;
+    }
+    let samples = common::parsed_metrics(&server).await;
+    for sample in &samples {
+        assert_eq!(sample.labels["model_name"], name, "{sample:?}");
+    }
+    let kind = |family: &str| {
+        samples
+            .iter()
+            .find(|s| s.family == family)
+            .unwrap_or_else(|| panic!("no {family}"))
+            .kind
+            .clone()
+    };
+    for (family, expected) in [
+        ("vllm:num_requests_running", "gauge"),
+        ("vllm:kv_cache_usage_perc", "gauge"),
+        ("vllm:generation_tokens", "counter"),
+        ("vllm:prefix_cache_queries", "counter"),
+        ("vllm:request_success", "counter"),
+        ("vllm:e2e_request_latency_seconds", "histogram"),
+        ("grpo_engine_weights_version", "gauge"),
+    ] {
+        assert_eq!(kind(family), expected, "{family}");
+    }
+    let value = |name: &str, labels: &[(&str, &str)]| common::prometheus_page::value(&samples, name, labels);
+    assert_eq!(value("vllm:generation_tokens_total", &[]), 8.0);
+    assert_eq!(value("grpo_engine_generated_tokens_total", &[]), 8.0);
+    assert_eq!(
+        value("vllm:request_success_total", &[("finished_reason", "length")]),
+        2.0
+    );
+    assert_eq!(value("vllm:request_success_total", &[("finished_reason", "stop")]), 0.0);
+    assert_eq!(value("vllm:e2e_request_latency_seconds_count", &[]), 2.0);
+    assert_eq!(value("vllm:e2e_request_latency_seconds_bucket", &[("le", "+Inf")]), 2.0);
+    // Two samples: a first token each, then 2 + 4 gaps between tokens.
+    assert_eq!(value("vllm:time_to_first_token_seconds_count", &[]), 2.0);
+    assert_eq!(value("vllm:inter_token_latency_seconds_count", &[]), 6.0);
+    assert_eq!(value("vllm:num_requests_running", &[]), 0.0);
+    assert_eq!(value("grpo_engine_slots", &[]), 2.0);
     server.shutdown().await;
 }
 

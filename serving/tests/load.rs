@@ -49,7 +49,7 @@ async fn concurrent_streams_complete_and_disconnects_free_their_slots() {
     server.wait_for_metric("vllm:num_requests_running", 0.0).await;
     server.wait_for_metric("vllm:num_requests_waiting", 0.0).await;
     let aborted = server
-        .metric("vllm:request_success_total{finished_reason=\"abort\"")
+        .metric("vllm:request_success_total{finished_reason=\"abort\"}")
         .await;
     assert!(aborted > 0.0, "the disconnected requests were aborted");
     let (status, _) = server

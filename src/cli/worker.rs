@@ -16,6 +16,9 @@
 //! again every few seconds (until it drains); a learner that refuses it
 //! (token, protocol) stops it with the learner's reason.
 //!
+//! `--metrics-port PORT` serves Prometheus metrics over plain HTTP at
+//! `/metrics` on the same host ([`WorkerServer::metrics_page`]).
+//!
 //! `--tls-cert` and `--tls-key` serve over TLS only (PEM files; the
 //! certificate must name the host the learner dials); the address it
 //! advertises is then `https://…`. `--tls-ca` is the CA file it trusts
@@ -81,6 +84,10 @@ pub struct WorkerArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Serves Prometheus metrics at `http://HOST:PORT/metrics` on --host:
+    /// the engine's gauges (vLLM's names), weight updates and samples sent.
+    #[arg(long)]
+    metrics_port: Option<u16>,
     /// The CA certificate (PEM) that the learner's registry certificate must
     /// chain to; the learner's address is then dialled over TLS (`https://`).
     #[arg(long, requires = "learner")]
@@ -145,6 +152,19 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<()> {
         }
         let (bound, tls) = (server.local_addr(), server.is_tls());
         println!("listening on {bound}");
+        if let Some(port) = args.metrics_port {
+            let addr = SocketAddr::new(args.host, port);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-port: cannot listen on {addr}"))?;
+            eprintln!("Prometheus metrics at http://{}/metrics", listener.local_addr()?);
+            let page = server.metrics_page();
+            tokio::spawn(async move {
+                if let Err(error) = grpo_metrics::endpoint::serve(listener, page, std::future::pending()).await {
+                    tracing::error!("the /metrics endpoint stopped: {error}");
+                }
+            });
+        }
         let (drain, draining) = tokio::sync::watch::channel(false);
         let signal = async move {
             shutdown_signal().await;

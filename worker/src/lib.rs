@@ -19,6 +19,8 @@
 //!   (`authorization: Bearer <token>`), checked in constant time.
 //! - [`ServerTls`] and [`ClientTls`]: optional TLS for both services (a
 //!   server's certificate and key; the CA a caller trusts).
+//! - [`WorkerServer::metrics_page`]: the worker's Prometheus page — the
+//!   engine's gauges, weight updates (outcomes, bytes, time) and samples sent.
 //! - [`WorkerError`]: what fails beyond the engine's errors; engine errors
 //!   become gRPC status codes in one function (refused requests and
 //!   updates `InvalidArgument`, a stopped engine `Unavailable`).
@@ -27,6 +29,7 @@ mod auth;
 mod client;
 mod convert;
 mod error;
+mod metrics;
 mod registry;
 mod server;
 mod tls;

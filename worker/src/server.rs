@@ -10,7 +10,8 @@
 //! before swapping it in between two steps.
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use grpo_model::decoder::Decoder;
 use grpo_proto::rollout as proto;
@@ -27,6 +28,7 @@ use crate::PROTOCOL_VERSION;
 use crate::auth::{AuthToken, CheckToken};
 use crate::convert::{pause_mode_from_proto, request_from_proto, sample_to_proto, stats_to_proto};
 use crate::error::{WorkerError, status};
+use crate::metrics::{WorkerMetrics, page};
 use crate::tls::{ServerTls, server_builder};
 use crate::weights::{MAX_CHUNK_BYTES, StagedUpdate, announced_parameters};
 use grpo_rollout::engine::Engine;
@@ -72,6 +74,7 @@ impl WorkerServer {
             engine_dtype: engine.config().dtype,
             handle: EngineHandle::spawn(engine),
             staging: Mutex::new(Staging::Idle),
+            metrics: Arc::new(WorkerMetrics::new()),
         };
         Ok(WorkerServer {
             listener,
@@ -95,6 +98,12 @@ impl WorkerServer {
     /// The address it listens on (with the port picked, if 0 was asked for).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its Prometheus page: the engine's gauges read at each scrape, and
+    /// the worker's counters ([`crate::metrics`]).
+    pub fn metrics_page(&self) -> grpo_metrics::endpoint::Page {
+        page(self.service.metrics.clone(), self.service.handle.clone())
     }
 
     /// Serves calls until the server fails (or its task is dropped).
@@ -140,8 +149,8 @@ impl WorkerServer {
 enum Staging {
     /// None started (or the last one finished).
     Idle,
-    /// Started, taking chunks.
-    Open(StagedUpdate),
+    /// Started at the instant given, taking chunks.
+    Open(StagedUpdate, Instant),
     /// Refused, with the reason, until the next start.
     Rejected { version: u64, reason: String },
 }
@@ -169,6 +178,7 @@ struct Service {
     /// The engine's weight dtype, which staged updates are held in.
     engine_dtype: ElementType,
     staging: Mutex<Staging>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl Service {
@@ -179,9 +189,10 @@ impl Service {
     /// Adds a chunk to the open update; a bad chunk rejects the update.
     fn add_chunk(&self, chunk: &proto::WeightChunk) -> Result<usize, Status> {
         let mut staging = self.staging();
-        let Staging::Open(update) = &mut *staging else {
+        let Staging::Open(update, _) = &mut *staging else {
             return Err(staging.not_open());
         };
+        self.metrics.update_bytes.inc_by(chunk.data.len() as u64);
         let version = update.version();
         let added = update.add(chunk);
         if let Err(error) = &added {
@@ -189,6 +200,7 @@ impl Service {
                 version,
                 reason: error.to_string(),
             };
+            self.metrics.update_finished(false);
         }
         added.map_err(status)
     }
@@ -196,7 +208,11 @@ impl Service {
 
 /// Sends each finished sample to the caller until all have finished;
 /// stops when the caller goes away (dropping `samples` aborts the request).
-async fn forward(mut samples: SampleStream, sender: mpsc::Sender<Result<proto::Sample, Status>>) {
+async fn forward(
+    mut samples: SampleStream,
+    sender: mpsc::Sender<Result<proto::Sample, Status>>,
+    metrics: Arc<WorkerMetrics>,
+) {
     loop {
         let update = tokio::select! {
             update = samples.next() => update,
@@ -205,7 +221,10 @@ async fn forward(mut samples: SampleStream, sender: mpsc::Sender<Result<proto::S
         let (message, last) = match update {
             None => return,
             Some(Ok(update)) => match update.finished {
-                Some(completion) => (Ok(sample_to_proto(samples.id, completion)), false),
+                Some(completion) => {
+                    metrics.samples_sent.inc();
+                    (Ok(sample_to_proto(samples.id, completion)), false)
+                }
                 None => continue,
             },
             // The engine stopped: the call ends with its status.
@@ -230,8 +249,9 @@ impl RolloutWorker for Service {
             .generate(request_from_proto(request.into_inner())?)
             .await
             .map_err(status)?;
+        self.metrics.generate_calls.inc();
         let (sender, receiver) = mpsc::channel(SAMPLES_BUFFERED);
-        tokio::spawn(forward(samples, sender));
+        tokio::spawn(forward(samples, sender, self.metrics.clone()));
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 
@@ -245,7 +265,7 @@ impl RolloutWorker for Service {
         let mut staging = self.staging();
         match staged {
             Ok(update) => {
-                *staging = Staging::Open(update);
+                *staging = Staging::Open(update, Instant::now());
                 Ok(Response::new(proto::StartWeightUpdateResponse {}))
             }
             Err(error) => {
@@ -253,6 +273,7 @@ impl RolloutWorker for Service {
                     version: start.version,
                     reason: error.to_string(),
                 };
+                self.metrics.update_finished(false);
                 Err(status(error))
             }
         }
@@ -277,8 +298,8 @@ impl RolloutWorker for Service {
     ) -> Result<Response<proto::FinishWeightUpdateResponse>, Status> {
         let version = request.into_inner().version;
         let taken = std::mem::replace(&mut *self.staging(), Staging::Idle);
-        let update = match taken {
-            Staging::Open(update) => update,
+        let (update, started) = match taken {
+            Staging::Open(update, started) => (update, started),
             other => {
                 let status = other.not_open();
                 *self.staging() = other;
@@ -302,6 +323,7 @@ impl RolloutWorker for Service {
             },
             Err(error) => Err(error),
         };
+        self.metrics.update_finished(installed.is_ok());
         if let Err(error) = installed {
             let reason = error.to_string();
             let mut staging = self.staging();
@@ -314,6 +336,7 @@ impl RolloutWorker for Service {
             }
             return Err(status(error));
         }
+        self.metrics.update_seconds.observe(started.elapsed().as_secs_f64());
         Ok(Response::new(proto::FinishWeightUpdateResponse { version }))
     }
 

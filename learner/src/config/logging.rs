@@ -1,8 +1,10 @@
 //! `[logging]` of `grpo run` and `grpo sft`: the output folder and what is
 //! reported beyond `metrics.jsonl` (TRL's `report_to`, `logging_steps`,
-//! `log_completions`, `num_completions_to_print`).
+//! `log_completions`, `num_completions_to_print`) or served
+//! (`prometheus_listen`).
 
 use std::marker::PhantomData;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
@@ -58,6 +60,9 @@ pub struct LoggingSection<D = GrpoOut> {
     pub log_completions: bool,
     /// Most completions in each table (`None`: all of the step's). Default none.
     pub num_completions_to_print: Option<usize>,
+    /// `IP:port` where the run serves its Prometheus metrics
+    /// (`http://IP:port/metrics`); port 0 picks a free one. Default none.
+    pub prometheus_listen: Option<SocketAddr>,
     #[serde(skip)]
     task: PhantomData<D>,
 }
@@ -85,6 +90,7 @@ impl<D: DefaultOut> Default for LoggingSection<D> {
             logging_steps: 1,
             log_completions: false,
             num_completions_to_print: None,
+            prometheus_listen: None,
             task: PhantomData,
         }
     }

@@ -60,5 +60,5 @@ pub async fn version() -> Json<Version> {
 pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse> {
     let stats = state.backend.stats().await?;
     let text = state.metrics.render(&stats);
-    Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text))
+    Ok(([(CONTENT_TYPE, grpo_metrics::CONTENT_TYPE)], text))
 }

@@ -176,15 +176,28 @@ impl TestServer {
         events(&response.text().await.unwrap())
     }
 
-    /// A metric's value from `/metrics` (the first sample whose line starts with `name`).
-    pub async fn metric(&self, name: &str) -> f64 {
+    /// A metric's value from `/metrics`: the first sample of the series
+    /// `name{key="value",…}` (labels optional) whose labels include the
+    /// given ones.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let labels: Vec<&str> = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter(|l| !l.is_empty())
+            .collect();
         let (status, text) = self.get("/metrics").await;
         assert_eq!(status, 200);
-        let line = text
+        let value = text
             .lines()
-            .find(|l| l.starts_with(name) && !l.starts_with('#'))
-            .unwrap_or_else(|| panic!("no {name} in\n{text}"));
-        line.rsplit(' ').next().unwrap().parse().unwrap()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.rsplit_once(' '))
+            .find(|(sample, _)| {
+                sample.split('{').next() == Some(name) && labels.iter().all(|label| sample.contains(label))
+            })
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .1;
+        value.parse().unwrap()
     }
 
     /// Polls `/metrics` until `name` reads `value` (at most 10 s).
@@ -244,6 +257,16 @@ pub fn assert_error(status: u16, expected: u16, body: &Value) -> String {
 
 #[path = "../../../tools/test_python.rs"]
 mod test_python;
+
+#[path = "../../../tools/prometheus_page.rs"]
+pub mod prometheus_page;
+
+/// `/metrics` of `server` read with Prometheus' own Python parser.
+pub async fn parsed_metrics(server: &TestServer) -> Vec<prometheus_page::Sample> {
+    let (status, page) = server.get("/metrics").await;
+    assert_eq!(status, 200);
+    prometheus_page::parse_page(&test_python::test_python(), &page)
+}
 
 /// Runs `serving/tests/{script}` with `args` under the test venv's Python
 /// (which must import the `openai` client: the test fails, never skips),

@@ -401,6 +401,28 @@ class Manifests(unittest.TestCase):
         field = env.get(m.group(1), {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         self.assertEqual(field, "status.podIP", f"{where}: ${m.group(1)} must be the pod IP (downward API)")
 
+    def test_prometheus_scrapes_the_ports_that_serve_metrics(self):
+        worker = workload(WORKER)
+        c = container(worker)
+        where = what(worker)
+        port = int(flag_value(c["args"], "--metrics-port", where))
+        self.assertEqual(
+            {p["name"]: p["containerPort"] for p in c["ports"]}.get("metrics"), port,
+            f"{where}: --metrics-port {port} is not the containerPort named metrics",
+        )
+        listen = learner_config().get("logging", {}).get("prometheus_listen", "")
+        m = re.fullmatch(r"0\.0\.0\.0:(\d+)", listen)
+        self.assertTrue(m, f"learner-configmap.yaml: [logging] prometheus_listen {listen!r} must be 0.0.0.0:PORT")
+        learner = workload(LEARNER)
+        ports = {p["name"]: p["containerPort"] for p in container(learner).get("ports", [])}
+        self.assertEqual(ports.get("metrics"), int(m.group(1)),
+                         f"{what(learner)}: prometheus_listen's port is not the containerPort named metrics")
+        for workload_, served in [(worker, port), (learner, int(m.group(1)))]:
+            notes = workload_["spec"]["template"]["metadata"].get("annotations", {})
+            self.assertEqual(notes.get("prometheus.io/scrape"), "true", f"{what(workload_)}: not marked for scraping")
+            self.assertEqual(notes.get("prometheus.io/port"), str(served),
+                             f"{what(workload_)}: prometheus.io/port is not the port serving /metrics")
+
     def test_workers_register_with_the_learner(self):
         rollout = learner_config().get("rollout", {})
         self.assertNotIn("workers", rollout, "learner-configmap.yaml: the workers register; list no addresses")

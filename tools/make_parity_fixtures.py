@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the Gemma 3 / Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoders: tiny random
+"""Reference fixtures for the Gemma 2 / Gemma 3 / Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoders: tiny random
 models built with Hugging Face transformers, their per-token log-probabilities
 and entropies on a fixed padded batch, and the gradient of the masked
 log-probability sum with respect to every parameter.
@@ -11,7 +11,7 @@ venv with torch, transformers and safetensors and prints its python):
 
 Writes model/tests/fixtures/parity/<family>/{config.json, model.safetensors,
 inputs.json, expected.safetensors} for family in llama, qwen2, qwen3, mistral,
-phi3, gemma3, and
+phi3, gemma3, gemma2, and
 model/tests/fixtures/parity/README.md (the definitions, the versions). The
 output is deterministic (CPU, fixed seeds): a rerun rewrites the same bytes.
 """
@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     LlamaConfig,
@@ -43,6 +45,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
@@ -61,6 +64,8 @@ BIAS_STD = 0.1  # q/k/v biases (qwen2) ~ N(0, 0.1^2)
 NORM_STD = 0.1  # every RMSNorm weight ~ 1 + N(0, 0.1^2)
 GRAD_F32_VS_F64_RTOL = 1e-5  # ||g32 - g64|| / ||g64||, per parameter
 LOGPROB_F32_VS_F64_ATOL = 1e-5
+SOFTCAP_FINAL = 3.0  # gemma2's caps
+SOFTCAP_ATTENTION = 1.0
 
 COMMON = dict(
     vocab_size=VOCAB,
@@ -113,6 +118,12 @@ FAMILIES = [
           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                            "full_attention": {"rope_type": "default", "rope_theta": 100.0}},
           final_logit_softcapping=None, attn_logit_softcapping=None)),
+    # Gemma 2: transformers' default layers (0 sliding, window 4; 1 global),
+    # one RoPE base, and caps low enough to bend the scores and the logits.
+    ("gemma2", Gemma2Config, Gemma2ForCausalLM, modeling_gemma2,
+     dict(head_dim=8, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+          query_pre_attn_scalar=12, sliding_window=4, rope_parameters=ROPE_DEFAULT,
+          final_logit_softcapping=SOFTCAP_FINAL, attn_logit_softcapping=SOFTCAP_ATTENTION)),
 ]
 
 
@@ -167,11 +178,11 @@ def _gemma_rotary_forward(self, x, position_ids, layer_type):
 @contextlib.contextmanager
 def true_f64(module, family):
     prefix = {"llama": "Llama", "mistral": "Mistral", "phi3": "Phi3", "qwen2": "Qwen2", "qwen3": "Qwen3",
-              "gemma3": "Gemma3"}[family]
+              "gemma2": "Gemma2", "gemma3": "Gemma3"}[family]
     norm_cls = getattr(module, f"{prefix}RMSNorm")
     rope_cls = getattr(module, f"{prefix}RotaryEmbedding")
-    norm_forward, rope_forward = (
-        (_gemma_norm_forward, _gemma_rotary_forward) if family == "gemma3" else (_rms_norm_forward, _rotary_forward))
+    norm_forward = _gemma_norm_forward if family.startswith("gemma") else _rms_norm_forward
+    rope_forward = _gemma_rotary_forward if family == "gemma3" else _rotary_forward
     saved = (norm_cls.forward, rope_cls.forward, F.softmax)
     orig_softmax = F.softmax
 
@@ -216,12 +227,12 @@ def grads_of_masked_sum(model, input_ids, attention_mask):
 def build(index, family, config_cls, model_cls, extra):
     torch.manual_seed(index)
     common = dict(COMMON)
-    if family == "gemma3":
-        del common["hidden_act"]  # Gemma 3 names it hidden_activation
+    if family.startswith("gemma"):
+        del common["hidden_act"]  # Gemma names it hidden_activation
     config = config_cls(**common, **extra)
     model = model_cls(config).to(torch.float32)
     # Gemma's norms scale by 1 + weight: the same scales as the others' weights.
-    norm_mean = 0.0 if family == "gemma3" else 1.0
+    norm_mean = 0.0 if family.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):  # input/post_attention_layernorm, model.norm, q_norm, k_norm
@@ -267,6 +278,20 @@ def make(index, family, config_cls, model_cls, module, extra):
         check(cfg.layer_types == ["sliding_attention", "full_attention"], "gemma3 layer types")
         check(cfg.sliding_window < SEQ - PAD_TAIL, "gemma3 window narrower than every row")
         check(cfg.query_pre_attn_scalar != cfg.head_dim, "gemma3 score scale differs from head_dim")
+    if family == "gemma2":
+        check(cfg.layer_types == ["sliding_attention", "full_attention"], "gemma2 default layer types")
+        check(cfg.sliding_window < SEQ - PAD_TAIL, "gemma2 window narrower than every row")
+        check(not any("q_norm" in n for n in names), "gemma2 has no q/k norms")
+        # Each cap changes the log-probs: without it they differ.
+        with torch.no_grad():
+            capped, _, _, _ = token_stats(model, input_ids, attention_mask)
+            for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+                uncapped = copy.deepcopy(model)
+                setattr(uncapped.config, key, None)
+                for layer in uncapped.model.layers:
+                    layer.self_attn.attn_logit_softcapping = uncapped.config.attn_logit_softcapping
+                changed, _, _, _ = token_stats(uncapped, input_ids, attention_mask)
+                check((changed - capped).abs().max().item() > 1e-2, f"gemma2 {key} bends the log-probs")
     if family == "llama":
         check(cfg.rope_parameters["rope_type"] == "llama3", "llama3 rope scaling")
     if family == "phi3":
@@ -359,7 +384,11 @@ def make(index, family, config_cls, model_cls, module, extra):
         if rope["rope_type"] != "default":
             legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     legacy_cfg = config_cls.from_dict(legacy, attn_implementation="eager")
-    check(legacy_cfg.rope_parameters == cfg.rope_parameters,
+    # Gemma 2's config adds a partial_rotary_factor of 1.0: the same rotation.
+    def plain(rope):
+        return {k: v for k, v in rope.items() if (k, v) != ("partial_rotary_factor", 1.0)}
+
+    check(plain(legacy_cfg.rope_parameters) == plain(cfg.rope_parameters),
           f"{family} legacy rope config: {legacy_cfg.rope_parameters} != {cfg.rope_parameters}")
     legacy_model = model_cls(legacy_cfg).eval()
     legacy_model.load_state_dict(model.state_dict())
@@ -381,7 +410,7 @@ def make(index, family, config_cls, model_cls, module, extra):
 
 
 README = """\
-# Parity fixtures: Gemma 3, Llama, Mistral, Phi-3, Qwen2, Qwen3 against Hugging Face transformers
+# Parity fixtures: Gemma 2, Gemma 3, Llama, Mistral, Phi-3, Qwen2, Qwen3 against Hugging Face transformers
 
 Generated by `tools/make_parity_fixtures.py`; regenerate from the repository
 root with
@@ -410,6 +439,7 @@ One directory per family, `model.save_pretrained(dir, safe_serialization=True)`
 | `mistral/` | `MistralForCausalLM` | 3 | 8 | no | none | default; `sliding_window` 5 |
 | `phi3/` | `Phi3ForCausalLM` | 4 | 8 | no | none; fused `qkv_proj` and `gate_up_proj` | default; `sliding_window` 7 |
 | `gemma3/` | `Gemma3ForCausalLM` | 5 | 8 (scores scaled by `query_pre_attn_scalar` 12) | yes | none (q_norm/k_norm; norms are offsets from 1, initialized 0.1 randn) | layer 0 sliding (window 4, base 10000), layer 1 global (base 100); GELU (tanh) |
+| `gemma2/` | `Gemma2ForCausalLM` | 6 | 8 (scores scaled by `query_pre_attn_scalar` 12) | yes | none (norms are offsets from 1, initialized 0.1 randn) | default (base 10000); layer 0 sliding (window 4), layer 1 global; attention scores soft-capped at 1, logits at 3 (each checked to change the log-probs); GELU (tanh) |
 
 Common: f32, vocab_size 128, hidden_size 32, intermediate_size 64,
 num_hidden_layers 2, num_attention_heads 4, num_key_value_heads 2 (GQA),

@@ -1,12 +1,13 @@
 //! Model configuration read from a Hugging Face `config.json`.
 //!
-//! Llama, Mistral, Phi-3, Qwen2, Qwen3 and Gemma 3 share one decoder; the
-//! differences are data here: q/k/v biases (Qwen2, or Llama's
+//! Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and Gemma 3 share one
+//! decoder; the differences are data here: q/k/v biases (Qwen2, or Llama's
 //! `attention_bias`), per-head q/k RMS norms (Qwen3, Gemma 3), fused q/k/v
-//! and gate/up projections (Phi-3), Gemma 3's style ([`GemmaStyle`]),
+//! and gate/up projections (Phi-3), Gemma's style ([`GemmaStyle`]: Gemma 2's
+//! soft-capped attention scores and logits among it),
 //! a head dimension that may differ from `hidden / heads`, tied embeddings,
 //! Llama 3 RoPE scaling, and sliding attention windows (Mistral's and
-//! Phi-3's `sliding_window` on every layer, Gemma 3's on its
+//! Phi-3's `sliding_window` on every layer, Gemma's on its
 //! `sliding_attention` layers: each token sees the `W` latest positions,
 //! its own included). Anything else the
 //! decoder does not implement (another activation, partial rotary
@@ -32,27 +33,35 @@ pub enum Family {
     Mistral,
     /// `Phi3ForCausalLM` (Phi-3, Phi-3.5 and Phi-4 mini).
     Phi3,
+    /// `Gemma2ForCausalLM` (Gemma 2: 2B, 9B, 27B).
+    Gemma2,
     /// `Gemma3ForCausalLM` (Gemma 3's text models: 270M, 1B).
     Gemma3,
 }
 
-/// What Gemma 3's decoder does beyond the others: embeddings scaled by
-/// √hidden; RMSNorm weights that are offsets from 1, applied in f32; the
+/// What Gemma's decoders (2 and 3) do beyond the others: embeddings scaled
+/// by √hidden; RMSNorm weights that are offsets from 1, applied in f32; the
 /// attention output and the MLP output normalized before their residual
 /// adds (`post_attention_layernorm`, `post_feedforward_layernorm`; the MLP's
 /// input norm is `pre_feedforward_layernorm`); GELU (tanh) gating; scores
-/// scaled by `query_pre_attn_scalar^-1/2`; and its own RoPE base for the
-/// sliding layers.
+/// scaled by `query_pre_attn_scalar^-1/2`; a RoPE base of its own for the
+/// sliding layers (Gemma 3's); and soft-capping, `cap · tanh(x / cap)`, of
+/// the attention scores and of the logits (Gemma 2's).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmaStyle {
     /// The attention scores are divided by its square root.
     pub query_pre_attn_scalar: f64,
     /// The RoPE base of the sliding-window layers (the others use `rope_theta`).
     pub local_rope_theta: f64,
+    /// The cap of the scaled attention scores (`attn_logit_softcapping`).
+    pub attention_softcap: Option<f64>,
+    /// The cap of the output logits (`final_logit_softcapping`).
+    pub final_softcap: Option<f64>,
 }
 
 /// Every family, in the order errors list them.
-const FAMILIES: [Family; 6] = [
+const FAMILIES: [Family; 7] = [
+    Family::Gemma2,
     Family::Gemma3,
     Family::Llama,
     Family::Mistral,
@@ -70,6 +79,7 @@ impl Family {
             Family::Qwen3 => "Qwen3ForCausalLM",
             Family::Mistral => "MistralForCausalLM",
             Family::Phi3 => "Phi3ForCausalLM",
+            Family::Gemma2 => "Gemma2ForCausalLM",
             Family::Gemma3 => "Gemma3ForCausalLM",
         }
     }
@@ -82,8 +92,16 @@ impl Family {
             Family::Qwen3 => "qwen3",
             Family::Mistral => "mistral",
             Family::Phi3 => "phi3",
+            Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3_text",
         }
+    }
+}
+
+impl Family {
+    /// Whether it is Gemma 2 or Gemma 3 ([`GemmaStyle`]).
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Family::Gemma2 | Family::Gemma3)
     }
 }
 
@@ -142,9 +160,9 @@ pub struct ModelConfig {
     /// sliding layer attends to the last `W` positions.
     pub sliding_window: Option<usize>,
     /// Per layer, whether it attends through the window (all of Mistral's
-    /// and Phi-3's with a window; Gemma 3's `sliding_attention` layers).
+    /// and Phi-3's with a window; Gemma's `sliding_attention` layers).
     pub sliding_layers: Vec<bool>,
-    /// Gemma 3's differences, for that family.
+    /// Gemma's differences, for Gemma 2 and 3.
     pub gemma: Option<GemmaStyle>,
     /// Whether q/k/v come from one `qkv_proj` and gate/up from one
     /// `gate_up_proj` (Phi-3).
@@ -224,7 +242,7 @@ impl ModelConfig {
         let raw: RawConfig =
             serde_json::from_str(text).map_err(|e| Error::format("config.json", format!("not a model config: {e}")))?;
         let family = family_of(&raw)?;
-        let (field, activation, runs) = if family == Family::Gemma3 {
+        let (field, activation, runs) = if family.is_gemma() {
             let given = raw.hidden_activation.as_deref().or(raw.hidden_act.as_deref());
             (
                 "hidden_activation",
@@ -260,7 +278,7 @@ impl ModelConfig {
         }
         // Qwen2 and Qwen3 write a window they do not use (`use_sliding_window` false).
         let sliding_window = match family {
-            Family::Mistral | Family::Phi3 | Family::Gemma3 => raw.sliding_window,
+            Family::Mistral | Family::Phi3 | Family::Gemma2 | Family::Gemma3 => raw.sliding_window,
             Family::Llama | Family::Qwen2 | Family::Qwen3 => None,
         };
         if sliding_window == Some(0) {
@@ -288,18 +306,18 @@ impl ModelConfig {
             Family::Qwen2 => true,
             Family::Llama | Family::Qwen3 => raw.attention_bias.unwrap_or(false),
             Family::Mistral | Family::Phi3 => false,
-            Family::Gemma3 => {
+            Family::Gemma2 | Family::Gemma3 => {
                 if raw.attention_bias == Some(true) {
                     return Err(unsupported(
                         "attention_bias",
-                        "Gemma 3 with attention biases is not supported",
+                        "Gemma with attention biases is not supported",
                     ));
                 }
                 false
             }
         };
-        let (gemma, sliding_layers, global_theta) = if family == Family::Gemma3 {
-            let (style, layers, theta) = gemma_style(&raw)?;
+        let (gemma, sliding_layers, global_theta) = if family.is_gemma() {
+            let (style, layers, theta) = gemma_style(family, &raw)?;
             (Some(style), layers, Some(theta))
         } else {
             (None, vec![sliding_window.is_some(); raw.num_hidden_layers], None)
@@ -326,7 +344,7 @@ impl ModelConfig {
             ),
             rope_scaling: match family {
                 // gemma_style refused every rope type but the default.
-                Family::Gemma3 => None,
+                Family::Gemma2 | Family::Gemma3 => None,
                 _ => rope_scaling(raw.rope_parameters.as_ref().or(raw.rope_scaling.as_ref()))?,
             },
             rms_norm_eps: raw.rms_norm_eps,
@@ -348,7 +366,7 @@ impl ModelConfig {
         self.sliding_window.is_some() && self.sliding_layers.get(layer).copied().unwrap_or(false)
     }
 
-    /// The factor of the attention scores: `head_dim^-1/2`, or Gemma 3's
+    /// The factor of the attention scores: `head_dim^-1/2`, or Gemma's
     /// `query_pre_attn_scalar^-1/2`.
     pub fn attention_scale(&self) -> f64 {
         let scalar = self.gemma.map_or(self.head_dim as f64, |g| g.query_pre_attn_scalar);
@@ -359,7 +377,18 @@ impl ModelConfig {
     /// their own base (Gemma 3), computed as [`ModelConfig::rope_inverse_frequencies`].
     pub fn local_rope_inverse_frequencies(&self) -> Option<Vec<f32>> {
         self.gemma
+            .filter(|g| g.local_rope_theta != self.rope_theta)
             .map(|g| inverse_frequencies(self.head_dim, g.local_rope_theta))
+    }
+
+    /// The cap of the attention scores (Gemma 2's soft-capping), if any.
+    pub fn attention_softcap(&self) -> Option<f64> {
+        self.gemma.and_then(|g| g.attention_softcap)
+    }
+
+    /// The cap of the output logits (Gemma 2's soft-capping), if any.
+    pub fn final_softcap(&self) -> Option<f64> {
+        self.gemma.and_then(|g| g.final_softcap)
     }
 
     /// The RoPE inverse frequencies, one per pair of head dimensions, with
@@ -429,15 +458,29 @@ impl ModelConfig {
             json["attention_bias"] = Value::Bool(self.qkv_bias);
             json["mlp_bias"] = Value::Bool(false);
         }
-        if matches!(self.family, Family::Mistral | Family::Phi3 | Family::Gemma3) {
+        if matches!(
+            self.family,
+            Family::Mistral | Family::Phi3 | Family::Gemma2 | Family::Gemma3
+        ) {
             json["sliding_window"] = self.sliding_window.into();
         }
         if let Some(g) = self.gemma {
             let object = json.as_object_mut().expect("an object");
             object.remove("hidden_act");
             object.insert("hidden_activation".into(), "gelu_pytorch_tanh".into());
-            object.insert("query_pre_attn_scalar".into(), g.query_pre_attn_scalar.into());
-            object.insert("rope_local_base_freq".into(), g.local_rope_theta.into());
+            // transformers' Gemma configs hold an integer here, and refuse 16.0.
+            let scalar = g.query_pre_attn_scalar;
+            let scalar = if scalar.fract() == 0.0 && scalar.abs() < 1e15 {
+                Value::from(scalar as i64)
+            } else {
+                Value::from(scalar)
+            };
+            object.insert("query_pre_attn_scalar".into(), scalar);
+            if self.family == Family::Gemma3 {
+                object.insert("rope_local_base_freq".into(), g.local_rope_theta.into());
+            }
+            object.insert("attn_logit_softcapping".into(), g.attention_softcap.into());
+            object.insert("final_logit_softcapping".into(), g.final_softcap.into());
             let types: Vec<&str> = self
                 .sliding_layers
                 .iter()
@@ -479,23 +522,37 @@ fn inverse_frequencies(dim: usize, theta: f64) -> Vec<f32> {
     (0..dim / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / d)).collect()
 }
 
-/// Gemma 3's style, which layers slide, and the RoPE base of the others.
-/// Its RoPE settings come nested per layer type (`rope_parameters.{full,
-/// sliding}_attention`, transformers 5) or flat (`rope_theta`,
-/// `rope_local_base_freq`); only the default RoPE type is supported.
-fn gemma_style(raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>, f64)> {
+/// Gemma's style, which layers slide, and the RoPE base of the others.
+/// Gemma 3's RoPE settings come nested per layer type
+/// (`rope_parameters.{full, sliding}_attention`, transformers 5) or flat
+/// (`rope_theta`, `rope_local_base_freq`); Gemma 2's are one base for every
+/// layer (`rope_parameters.rope_theta` or `rope_theta`). Only the default
+/// RoPE type is supported. transformers' defaults: Gemma 2 slides every
+/// other layer (the first included), Gemma 3 five of every six.
+fn gemma_style(family: Family, raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>, f64)> {
     for (field, value) in [
         ("final_logit_softcapping", raw.final_logit_softcapping),
         ("attn_logit_softcapping", raw.attn_logit_softcapping),
     ] {
-        if let Some(cap) = value {
-            return Err(unsupported(field, format!("{cap}: soft-capping is not supported")));
+        if let Some(cap) = value.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(unsupported(field, format!("{cap}: a cap must be a positive number")));
         }
     }
     if raw.use_bidirectional_attention == Some(true) {
         return Err(unsupported(
             "use_bidirectional_attention",
             "bidirectional attention is not a causal language model",
+        ));
+    }
+    let flat = raw.rope_parameters.as_ref().filter(|p| p.get("rope_theta").is_some());
+    if let Some(other) = flat
+        .and_then(|p| p.get("rope_type"))
+        .and_then(Value::as_str)
+        .filter(|t| *t != "default")
+    {
+        return Err(unsupported(
+            "rope_parameters",
+            format!("rope type `{other}` is not supported (only default)"),
         ));
     }
     let nested = |kind: &str| raw.rope_parameters.as_ref().and_then(|p| p.get(kind));
@@ -509,13 +566,29 @@ fn gemma_style(raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>, f64)> {
         }
     }
     if raw.rope_scaling.as_ref().is_some_and(|s| !s.is_null()) {
-        return Err(unsupported("rope_scaling", "RoPE scaling of Gemma 3 is not supported"));
+        return Err(unsupported("rope_scaling", "RoPE scaling of Gemma is not supported"));
     }
     let theta = |kind: &str| nested(kind).and_then(|p| p.get("rope_theta")).and_then(Value::as_f64);
-    let global = theta("full_attention").or(raw.rope_theta).unwrap_or(1_000_000.0);
-    let local = theta("sliding_attention")
-        .or(raw.rope_local_base_freq)
-        .unwrap_or(10_000.0);
+    let flat_theta = flat.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64);
+    let (global, local, pattern) = if family == Family::Gemma2 {
+        if let Some(field) = [
+            ("rope_local_base_freq", raw.rope_local_base_freq.is_some()),
+            ("sliding_window_pattern", raw.sliding_window_pattern.is_some()),
+        ]
+        .iter()
+        .find_map(|(field, given)| given.then_some(*field))
+        {
+            return Err(unsupported(field, "is Gemma 3's; Gemma 2 does not read it"));
+        }
+        let theta = flat_theta.or(raw.rope_theta).unwrap_or(10_000.0);
+        (theta, theta, 2)
+    } else {
+        let global = theta("full_attention").or(raw.rope_theta).unwrap_or(1_000_000.0);
+        let local = theta("sliding_attention")
+            .or(raw.rope_local_base_freq)
+            .unwrap_or(10_000.0);
+        (global, local, raw.sliding_window_pattern.unwrap_or(6))
+    };
     let layers = match &raw.layer_types {
         Some(types) => {
             if types.len() != raw.num_hidden_layers {
@@ -533,16 +606,17 @@ fn gemma_style(raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>, f64)> {
                 })
                 .collect::<Result<Vec<bool>>>()?
         }
-        // transformers' default: every sixth layer is global.
-        None => {
-            let pattern = raw.sliding_window_pattern.unwrap_or(6).max(1);
-            (0..raw.num_hidden_layers).map(|i| (i + 1) % pattern != 0).collect()
-        }
+        // transformers' defaults: every `pattern`-th layer is global.
+        None => (0..raw.num_hidden_layers)
+            .map(|i| (i + 1) % pattern.max(1) != 0)
+            .collect(),
     };
     let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / raw.num_attention_heads.max(1));
     let style = GemmaStyle {
         query_pre_attn_scalar: raw.query_pre_attn_scalar.unwrap_or(head_dim as f64),
         local_rope_theta: local,
+        attention_softcap: raw.attn_logit_softcapping,
+        final_softcap: raw.final_logit_softcapping,
     };
     Ok((style, layers, global))
 }
@@ -668,11 +742,11 @@ mod tests {
         for (field, edit) in [
             (
                 "final_logit_softcapping",
-                ("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0"),
+                ("\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 0.0"),
             ),
             (
                 "attn_logit_softcapping",
-                ("\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0"),
+                ("\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": -50.0"),
             ),
             ("hidden_activation", ("\"gelu_pytorch_tanh\"", "\"relu\"")),
             (
@@ -690,6 +764,42 @@ mod tests {
             let changed = text.replacen(edit.0, edit.1, 1);
             assert_ne!(changed, text, "{field}: the edit applies");
             let error = ModelConfig::from_json(&changed).unwrap_err().to_string();
+            assert!(error.contains(field), "{field}: {error}");
+        }
+    }
+
+    #[test]
+    fn gemma2_reads_its_caps_and_layers_and_back() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/parity/gemma2/config.json");
+        let c = ModelConfig::from_file(path).unwrap();
+        assert_eq!(
+            (c.family, c.rope_theta, c.sliding_window),
+            (Family::Gemma2, 10_000.0, Some(4))
+        );
+        assert_eq!(c.sliding_layers, [true, false]);
+        assert!(!c.qk_norm && c.tie_embeddings);
+        assert_eq!((c.attention_softcap(), c.final_softcap()), (Some(1.0), Some(3.0)));
+        assert_eq!(c.local_rope_inverse_frequencies(), None, "one RoPE base");
+        assert_eq!(c.attention_scale(), 1.0 / 12f64.sqrt());
+        let back = c.to_hf_json();
+        assert!(back.get("rope_local_base_freq").is_none());
+        // An integer, as transformers' Gemma configs require.
+        assert!(back["query_pre_attn_scalar"].is_i64(), "{back}");
+        assert_eq!(ModelConfig::from_json(&back.to_string()).unwrap(), c);
+        // Without layer_types, transformers slides every other layer, the first included.
+        let mut json: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("layer_types");
+        json["num_hidden_layers"] = 5.into();
+        let c = ModelConfig::from_json(&json.to_string()).unwrap();
+        assert_eq!(c.sliding_layers, [true, false, true, false, true]);
+        for (field, value) in [
+            ("rope_local_base_freq", Value::from(10_000.0)),
+            ("sliding_window_pattern", Value::from(6)),
+            ("final_logit_softcapping", Value::from(0.0)),
+        ] {
+            let mut changed = json.clone();
+            changed[field] = value;
+            let error = ModelConfig::from_json(&changed.to_string()).unwrap_err().to_string();
             assert!(error.contains(field), "{field}: {error}");
         }
     }

@@ -14,7 +14,7 @@
 //! ([`Decoder::with_adapter_slots`]) holds several adapters side by side
 //! and lets each row of a batch pick its own.
 
-use grpo_xla::trace::{GatherDims, ScatterDims, Tensor, linear_log_probs, uniform};
+use grpo_xla::trace::{GatherDims, HeadScale, ScatterDims, Tensor, linear_log_probs, uniform};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -120,6 +120,11 @@ fn normalized(x: &Tensor, eps: f64) -> Result<Tensor> {
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`):
 /// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
+/// `cap · tanh(x / cap)`: Gemma 2's soft-capping of scores and logits.
+fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
+    x.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap)
+}
+
 fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     let inner = x.add(&x.mul(&x.square()?)?.mul_scalar(0.044715)?)?;
     let t = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?.tanh()?;
@@ -465,10 +470,13 @@ impl Decoder {
         let (kv, hd) = (c.kv_heads as i64, c.head_dim as i64);
         let grouped = q.reshape(&[b * kv, group, t, hd])?;
         let (k, v) = (k.reshape(&[b * kv, s, hd])?, v.reshape(&[b * kv, s, hd])?);
-        let scores = grouped
+        let mut scores = grouped
             .dot_general(&k, &[0], &[0], &[3], &[2])?
             .mul_scalar(c.attention_scale())?
             .convert(ElementType::F32)?;
+        if let Some(cap) = c.attention_softcap() {
+            scores = soft_cap(&scores, cap)?;
+        }
         let allowed = allowed
             .reshape(&[b, 1, 1, t, s])?
             .broadcast_to(&[b, kv, group, t, s])?
@@ -492,9 +500,14 @@ impl Decoder {
         self.head(tensors, &hidden)
     }
 
-    /// The vocabulary projection of final hidden states, as f32 logits.
+    /// The vocabulary projection of final hidden states, as f32 logits
+    /// (soft-capped for Gemma 2).
     fn head(&self, tensors: &[Tensor], hidden: &Tensor) -> Result<Tensor> {
-        linear(hidden, self.head_weight(tensors)?, None)?.convert(ElementType::F32)
+        let logits = linear(hidden, self.head_weight(tensors)?, None)?.convert(ElementType::F32)?;
+        match self.config.final_softcap() {
+            Some(cap) => soft_cap(&logits, cap),
+            None => Ok(logits),
+        }
     }
 
     /// `lm_head.weight`, or the embeddings when they are tied.
@@ -851,7 +864,10 @@ impl Decoder {
             self.head_weight(tensors)?,
             &targets.reshape(&[tokens])?,
             chunk,
-            temperature,
+            HeadScale {
+                temperature,
+                softcap: self.config.final_softcap(),
+            },
         )
     }
 }

@@ -98,10 +98,16 @@ impl Preset {
 /// The config of a `preset` model of `family` over a vocabulary of `vocab_size`.
 pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Option<u32>, eos: u32) -> ModelConfig {
     let shape = preset.shape();
-    let gemma = (family == Family::Gemma3).then_some(GemmaStyle {
+    let gemma2 = family == Family::Gemma2;
+    let gemma = family.is_gemma().then_some(GemmaStyle {
         query_pre_attn_scalar: shape.head_dim as f64,
-        local_rope_theta: 10_000.0,
+        local_rope_theta: if gemma2 { 1_000_000.0 } else { 10_000.0 },
+        // Gemma 2's caps.
+        attention_softcap: gemma2.then_some(50.0),
+        final_softcap: gemma2.then_some(30.0),
     });
+    // Gemma 2 slides every other layer, Gemma 3 five of every six.
+    let pattern = if gemma2 { 2 } else { 6 };
     ModelConfig {
         family,
         vocab_size,
@@ -115,12 +121,14 @@ pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Opt
         rope_scaling: None,
         rms_norm_eps: 1e-6,
         max_positions: shape.max_positions,
-        // Gemma 3's layout: a 512-token window, every sixth layer global.
+        // Gemma's layout: a 512-token window, every `pattern`-th layer global.
         sliding_window: gemma.map(|_| 512),
-        sliding_layers: (0..shape.layers).map(|i| gemma.is_some() && (i + 1) % 6 != 0).collect(),
+        sliding_layers: (0..shape.layers)
+            .map(|i| gemma.is_some() && (i + 1) % pattern != 0)
+            .collect(),
         gemma,
         fused_projections: family == Family::Phi3,
-        tie_embeddings: matches!(family, Family::Llama | Family::Qwen2 | Family::Gemma3),
+        tie_embeddings: matches!(family, Family::Llama | Family::Qwen2) || family.is_gemma(),
         qkv_bias: family == Family::Qwen2,
         qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
         bos_token_id: bos,
@@ -129,7 +137,7 @@ pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Opt
 }
 
 /// Weights for `config` from `seed`: rank-2 tensors normal(0, 0.02), norm
-/// weights 1 (0 where they are offsets from 1, Gemma 3's), biases 0.
+/// weights 1 (0 where they are offsets from 1, Gemma's), biases 0.
 pub fn random_weights(config: &ModelConfig, seed: u64) -> Result<BTreeMap<String, HostTensor>> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     parameters(config)

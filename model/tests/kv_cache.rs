@@ -207,3 +207,8 @@ fn phi3_decodes_through_the_cache() {
 fn gemma3_decodes_through_the_cache() {
     check("gemma3");
 }
+
+#[test]
+fn gemma2_decodes_through_the_cache() {
+    check("gemma2");
+}

@@ -1,6 +1,6 @@
 //! The decoders against Hugging Face transformers on the same weights:
 //! per-token log-probs, entropies and gradients of the summed log-prob for
-//! tiny Llama, Qwen2 and Qwen3 models (fixtures made by
+//! a tiny model of every family (fixtures made by
 //! `tools/make_parity_fixtures.py`).
 
 mod common;
@@ -146,6 +146,11 @@ fn phi3_matches_transformers() {
 #[test]
 fn gemma3_matches_transformers() {
     check_family("gemma3");
+}
+
+#[test]
+fn gemma2_matches_transformers() {
+    check_family("gemma2");
 }
 
 /// The bucketed runner pads to 16 tokens; real positions must not change.

@@ -64,7 +64,7 @@ fn singles(outputs: Vec<Vec<Completion>>) -> Vec<Completion> {
 #[test]
 fn a_batch_gives_each_request_the_tokens_it_gets_alone() {
     let client = cpu_client();
-    for family in ["llama", "qwen2", "qwen3", "phi3", "gemma3"] {
+    for family in ["llama", "qwen2", "qwen3", "phi3", "gemma3", "gemma2"] {
         let mut together = engine(&client, family, 4);
         let batch = singles(together.generate(&requests()).unwrap());
         let mut alone = engine(&client, family, 1);

@@ -1,4 +1,4 @@
-//! `grpo init-model --family llama|mistral|phi3|qwen2|qwen3|gemma3_text --preset tiny --out DIR`: a
+//! `grpo init-model --family llama|mistral|phi3|qwen2|qwen3|gemma2|gemma3_text --preset tiny --out DIR`: a
 //! random model folder (config, safetensors, the bundled tokenizer or the one
 //! `--tokenizer` names) for tests and experiments; transformers loads it too.
 
@@ -15,7 +15,7 @@ use grpo_model::weights::SaveOptions;
 /// Arguments of `grpo init-model`.
 #[derive(Debug, clap::Args)]
 pub struct InitModelArgs {
-    /// llama, mistral, phi3, qwen2, qwen3 or gemma3_text.
+    /// llama, mistral, phi3, qwen2, qwen3, gemma2 or gemma3_text.
     #[arg(long, value_parser = |s: &str| s.parse::<Family>().map_err(|e| e.to_string()))]
     family: Family,
     /// Model size: tiny, smollm2-135m or llama-1b (those models' shapes).

@@ -141,24 +141,33 @@ fn gathered_log_probs_and_cross_entropy() {
 
 #[test]
 fn chunked_linear_log_probs_match_the_plain_head_and_finite_differences() {
-    check_linear_log_probs(1.0);
+    check_linear_log_probs(1.0, None);
 }
 
 #[test]
 fn tempered_linear_log_probs_match_the_plain_head_and_finite_differences() {
-    check_linear_log_probs(1.7);
+    check_linear_log_probs(1.7, None);
 }
 
-/// The chunked head at `temperature` against the host's f64 log-softmax of
-/// `hidden · weightᵀ / temperature` and against autodiff of the plain head.
-fn check_linear_log_probs(temperature: f64) {
-    use grpo_xla::trace::linear_log_probs;
+#[test]
+fn soft_capped_linear_log_probs_match_the_plain_head_and_finite_differences() {
+    // Logits reach ±12, so a cap of 1.5 bends most of them.
+    check_linear_log_probs(1.3, Some(1.5));
+}
+
+/// The chunked head at `temperature` (after soft-capping at `softcap`)
+/// against the host's f64 log-softmax of `cap·tanh(hidden · weightᵀ / cap)
+/// / temperature` and against autodiff of the plain head.
+fn check_linear_log_probs(temperature: f64, softcap: Option<f64>) {
+    use grpo_xla::trace::{HeadScale, linear_log_probs};
+    let scale = HeadScale { temperature, softcap };
+    let cap = |z: f64| softcap.map_or(z, |c| c * (z / c).tanh());
     let client = cpu_client(1);
     let targets: [i32; 6] = [4, 0, 2, 2, 1, 3];
     let inputs = [Input::range(&[6, 3], -2.0, 2.0), Input::range(&[5, 3], -2.0, 2.0)];
     let fused = |p: &[Tensor]| -> grpo_xla::Result<Tensor> {
         let t = p[0].graph().constant(&targets, &[6])?;
-        let (lp, ent) = linear_log_probs(&p[0], &p[1], &t, 2, temperature)?;
+        let (lp, ent) = linear_log_probs(&p[0], &p[1], &t, 2, scale)?;
         Tensor::concatenate(
             &[
                 &lp.convert(grpo_xla::ElementType::F64)?,
@@ -170,7 +179,7 @@ fn check_linear_log_probs(temperature: f64) {
     let host = |v: &[Vec<f64>]| -> Vec<f64> {
         let logits: Vec<f64> = (0..6)
             .flat_map(|i| (0..5).map(move |j| (i, j)))
-            .map(|(i, j)| (0..3).map(|k| v[0][i * 3 + k] * v[1][j * 3 + k]).sum::<f64>() / temperature)
+            .map(|(i, j)| cap((0..3).map(|k| v[0][i * 3 + k] * v[1][j * 3 + k]).sum::<f64>()) / temperature)
             .collect();
         let p = host_softmax(&logits, 5);
         let lp: Vec<f64> = (0..6).map(|i| p[i * 5 + targets[i] as usize].ln()).collect();
@@ -198,14 +207,20 @@ fn check_linear_log_probs(temperature: f64) {
             .sum_all()
             .unwrap()
     };
-    let (lp, ent) = linear_log_probs(&h, &w, &t, 3, temperature).unwrap();
+    let (lp, ent) = linear_log_probs(&h, &w, &t, 3, scale).unwrap();
     let f64 = |x: Tensor| x.convert(grpo_xla::ElementType::F64).unwrap();
     let fused_loss = weigh(&f64(lp), &f64(ent));
-    let logits = h
-        .dot_general(&w, &[], &[], &[1], &[1])
-        .unwrap()
-        .mul_scalar(1.0 / temperature)
-        .unwrap();
+    let mut logits = h.dot_general(&w, &[], &[], &[1], &[1]).unwrap();
+    if let Some(c) = softcap {
+        logits = logits
+            .mul_scalar(1.0 / c)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .mul_scalar(c)
+            .unwrap();
+    }
+    let logits = logits.mul_scalar(1.0 / temperature).unwrap();
     let log_p = logits.log_softmax(1).unwrap();
     let plain_lp = logits.gathered_log_probs(&t).unwrap();
     let plain_ent = log_p

@@ -10,17 +10,29 @@ use super::ops::custom::custom_vjp;
 use crate::dtype::ElementType;
 use crate::error::{Error, Result};
 
+/// How the head's raw logits `z` become the scored distribution's:
+/// soft-capped to `cap · tanh(z / cap)` when `softcap` is given (Gemma 2),
+/// then divided by `temperature`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadScale {
+    /// Divides the (capped) logits; 1 is the model's own distribution.
+    pub temperature: f64,
+    /// The soft cap of the logits, if any.
+    pub softcap: Option<f64>,
+}
+
 /// Log-probs and entropies (f32, `[N]`) of integer `targets` `[N]` under
-/// the logits `hidden [N, H] · weight [V, H]ᵀ / temperature`, `chunk` rows
-/// at a time (`chunk` must divide `N`). Gradients flow to `hidden` and
+/// the logits `hidden [N, H] · weight [V, H]ᵀ`, scaled by `scale`, `chunk`
+/// rows at a time (`chunk` must divide `N`). Gradients flow to `hidden` and
 /// `weight`.
 pub fn linear_log_probs(
     hidden: &Tensor,
     weight: &Tensor,
     targets: &Tensor,
     chunk: i64,
-    temperature: f64,
+    scale: HeadScale,
 ) -> Result<(Tensor, Tensor)> {
+    let temperature = scale.temperature;
     let (n, width) = match hidden.dims() {
         &[n, h] => (n, h),
         _ => {
@@ -37,12 +49,13 @@ pub fn linear_log_probs(
         && chunk > 0
         && n % chunk == 0
         && temperature > 0.0
-        && temperature.is_finite();
+        && temperature.is_finite()
+        && scale.softcap.is_none_or(|c| c > 0.0 && c.is_finite());
     if !ok {
         return Err(Error::trace(
             "linear_log_probs",
             format!(
-                "needs hidden [N, H], weight [V, H], integer targets [N], a chunk dividing N and a temperature > 0; got {}, {}, {}, chunk {chunk}, temperature {temperature}",
+                "needs hidden [N, H], weight [V, H], integer targets [N], a chunk dividing N, a temperature > 0 and a soft cap > 0; got {}, {}, {}, chunk {chunk}, {scale:?}",
                 hidden.tensor_type(),
                 weight.tensor_type(),
                 targets.tensor_type()
@@ -57,7 +70,7 @@ pub fn linear_log_probs(
             let graph = p[0].graph();
             let zeros = graph.full(0.0, ElementType::F32, &[n])?;
             let done = fori_loop(steps, &[&p[0], &p[1], &p[2], &zeros, &zeros], |i, c| {
-                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, temperature)?;
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, scale)?;
                 let start = piece.start.clone();
                 Ok(vec![
                     c[0].clone(),
@@ -79,11 +92,12 @@ pub fn linear_log_probs(
             let dw = graph.full(0.0, ElementType::F32, weight.dims())?;
             let carried = [hidden, weight, targets, &g_lp, &g_ent, &outputs[1], &dh, &dw];
             let done = fori_loop(steps, &carried, |i, c| {
-                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, temperature)?;
+                let piece = Chunk::of(&c[0], &c[1], &c[2], i, chunk, scale)?;
                 let rows = |x: &Tensor| x.dynamic_slice(&[&piece.start], &[chunk])?.reshape(&[chunk, 1]);
                 let (g_lp, g_ent, ent) = (rows(&c[3])?, rows(&c[4])?, rows(&c[5])?);
                 // d log p[t] / dz = onehot(t) − p;  d H / dz = −p (log p + H),
-                // for z the tempered logits; d z / d logits = 1 / temperature.
+                // for z the tempered logits; d z / d logits = 1 / temperature,
+                // times 1 − tanh² through a soft cap.
                 let p = piece.log_p.exp()?;
                 let classes = piece.log_p.graph().iota(ElementType::S32, piece.log_p.dims(), 1)?;
                 let onehot = classes.eq(&piece.targets.convert(ElementType::S32)?.reshape(&[chunk, 1])?)?;
@@ -92,7 +106,11 @@ pub fn linear_log_probs(
                 let d_tempered = g_lp
                     .mul(&onehot.sub(&p)?)?
                     .sub(&g_ent.mul(&p.mul(&piece.log_p.add(&ent)?)?)?)?;
-                let d_logits = tempered(d_tempered, temperature)?.convert(c[1].dtype())?;
+                let mut d_logits = tempered(d_tempered, temperature)?;
+                if let Some(slope) = &piece.cap_slope {
+                    d_logits = d_logits.mul(slope)?;
+                }
+                let d_logits = d_logits.convert(c[1].dtype())?;
                 let d_hidden = d_logits.dot_general(&c[1], &[], &[], &[1], &[0])?;
                 let d_weight = weight_gradient(&d_logits, &piece.hidden)?.convert(ElementType::F32)?;
                 let zero = piece.start.zeros_like()?;
@@ -139,33 +157,42 @@ struct Chunk {
     start: Tensor,
     hidden: Tensor,
     targets: Tensor,
-    /// `log softmax(hidden · weightᵀ / temperature)` in f32, `[chunk, V]`.
+    /// `log softmax(scaled hidden · weightᵀ)` in f32, `[chunk, V]`.
     log_p: Tensor,
+    /// Through a soft cap, the capped logits' slope `1 − tanh²(z / cap)`.
+    cap_slope: Option<Tensor>,
 }
 
 impl Chunk {
-    /// Chunk `i`, its logits divided by `temperature`.
+    /// Chunk `i`, its logits scaled by `scale`.
     fn of(
         hidden: &Tensor,
         weight: &Tensor,
         targets: &Tensor,
         i: &Tensor,
         chunk: i64,
-        temperature: f64,
+        scale: HeadScale,
     ) -> Result<Chunk> {
         let start = i.mul_scalar(chunk as f64)?;
         let zero = start.zeros_like()?;
         let rows = hidden.dynamic_slice(&[&start, &zero], &[chunk, hidden.dims()[1]])?;
         let targets = targets.dynamic_slice(&[&start], &[chunk])?;
-        let logits = rows
+        let mut logits = rows
             .dot_general(weight, &[], &[], &[1], &[1])?
             .convert(ElementType::F32)?;
-        let log_p = tempered(logits, temperature)?.log_softmax(1)?;
+        let mut cap_slope = None;
+        if let Some(cap) = scale.softcap {
+            let squashed = logits.mul_scalar(1.0 / cap)?.tanh()?;
+            cap_slope = Some(squashed.square()?.neg()?.add_scalar(1.0)?);
+            logits = squashed.mul_scalar(cap)?;
+        }
+        let log_p = tempered(logits, scale.temperature)?.log_softmax(1)?;
         Ok(Chunk {
             start,
             hidden: rows,
             targets,
             log_p,
+            cap_slope,
         })
     }
 

@@ -33,7 +33,7 @@ mod train;
 pub use autodiff::{grad, value_and_grad};
 pub use function::Function;
 pub use graph::{Graph, Tensor};
-pub use head::linear_log_probs;
+pub use head::{HeadScale, linear_log_probs};
 pub use mesh::{Mesh, Parallelism};
 pub use ops::control::{fori_loop, rng_bit_generator, uniform, while_loop};
 pub use ops::custom::{VjpFn, custom_vjp};

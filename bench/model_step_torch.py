@@ -142,21 +142,27 @@ def summarize(times_s):
     return statistics.median(times_s) * 1e3, min(times_s) * 1e3
 
 
-def result_line(attn, dtype, batch, seq, times_s, model=MODEL_LABEL):
-    """The JSON line this script prints."""
+def result_line(attn, dtype, batch, seq, times_s, model=MODEL_LABEL, checkpointing=None):
+    """The JSON line this script prints; with `checkpointing` (whether
+    gradient checkpointing was on, for --memory) also that and the process's
+    peak RSS."""
     median_ms, best_ms = summarize(times_s)
-    return json.dumps(
-        {
-            "impl": f"torch-{attn}",
-            "model": model,
-            "dtype": dtype,
-            "batch": batch,
-            "seq": seq,
-            "median_ms": round(median_ms, 3),
-            "best_ms": round(best_ms, 3),
-            "runs": len(times_s),
-        }
-    )
+    line = {
+        "impl": f"torch-{attn}",
+        "model": model,
+        "dtype": dtype,
+        "batch": batch,
+        "seq": seq,
+        "median_ms": round(median_ms, 3),
+        "best_ms": round(best_ms, 3),
+        "runs": len(times_s),
+    }
+    if checkpointing is not None:
+        import resource
+
+        line["activation_checkpointing"] = "layer" if checkpointing else "none"
+        line["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return json.dumps(line)
 
 
 def missing_model_message(model_dir):
@@ -166,9 +172,11 @@ def missing_model_message(model_dir):
     )
 
 
-def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads, device="cpu", tf32=False):
+def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads, device="cpu", tf32=False, checkpointing=False):
     """Times `warmup` + `runs` forward + backward steps on `device` (f32 products
-    in TF32 when `tf32`); returns the timed durations (s)."""
+    in TF32 when `tf32`; each decoder layer recomputed in the backward pass when
+    `checkpointing`: transformers' gradient checkpointing); returns the timed
+    durations (s)."""
     import torch  # here, so that --flops and report.py need no torch
     import transformers
 
@@ -182,6 +190,8 @@ def run(model_dir, attn, dtype, batch, seq, runs, warmup, threads, device="cpu",
     ).to(device)
     model.config.use_cache = False
     model.train()  # dropout is 0 in SmolLM2; train mode only to be the training path
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     # N counted from the model: every Linear weight, shared ones (the tied
     # lm_head) once.
@@ -253,6 +263,11 @@ def parse_args(argv):
         help="torch.set_num_threads (default: os.cpu_count())",
     )
     parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each decoder layer in the backward pass (transformers' "
+                        "gradient_checkpointing_enable)")
+    parser.add_argument("--memory", action="store_true",
+                        help="the line also says whether checkpointing was on and the process's peak RSS")
     parser.add_argument("--tf32", action="store_true",
                         help="let CUDA run f32 products in TF32 (as XLA does by default on GPUs)")
     parser.add_argument(
@@ -293,9 +308,10 @@ def main(argv=None):
         return 1
     times = run(
         model_dir, args.attn, args.dtype, args.batch, args.seq, args.runs, args.warmup, args.threads, args.device,
-        args.tf32,
+        args.tf32, args.gradient_checkpointing,
     )
-    print(result_line(args.attn, args.dtype, args.batch, args.seq, times), flush=True)
+    checkpointing = args.gradient_checkpointing if args.memory else None
+    print(result_line(args.attn, args.dtype, args.batch, args.seq, times, checkpointing=checkpointing), flush=True)
     return 0
 
 

@@ -354,6 +354,49 @@ fn a_killed_lora_run_with_dropout_resumes_to_the_same_adapters_and_writes_peft_f
 }
 
 #[test]
+fn a_run_with_layer_checkpoints_takes_the_step_a_run_without_takes() {
+    // LoRA with dropout: recomputed layers must draw the masks the forward
+    // drew. A reward on the completions' characters differs within groups.
+    let trainer = "max_steps = 1\neval_every = 0\n{}\n\n[checkpoint]\nevery = 1\n\n[lora]\nrank = 4\nlora_dropout = 0.2\ntarget_modules = [\"q_proj\", \"down_proj\"]\n\n[[reward]]\ntype = \"length\"\nmax_tokens = 40\noverlong_buffer = 40\nunit = \"chars\"";
+    let step = |checkpointing: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = tiny_run(dir.path(), &trainer.replace("{}", checkpointing));
+        run_ok(&["run", config.to_str().unwrap()]);
+        let line = lines(&dir.path().join("out/metrics.jsonl")).pop().unwrap();
+        let adapters = std::fs::read(dir.path().join("out/checkpoint-1/adapter_model.safetensors")).unwrap();
+        (dir, line, adapters)
+    };
+    let (_plain, plain, plain_adapters) = step("activation_checkpointing = \"none\"");
+    let (_kept, kept, kept_adapters) = step("gradient_checkpointing = true");
+    assert_eq!(plain["reward"], kept["reward"], "the same rollouts");
+    for key in ["loss", "grad_norm", "entropy"] {
+        let (a, b) = (plain[key].as_f64().unwrap(), kept[key].as_f64().unwrap());
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1e-3),
+            "{key}: {a} without, {b} with checkpoints"
+        );
+    }
+    assert!(plain["grad_norm"].as_f64().unwrap() > 0.0, "the step trained");
+    // The adapters after the step agree to float noise.
+    let (a, b) = (
+        safetensors::SafeTensors::deserialize(&plain_adapters).unwrap(),
+        safetensors::SafeTensors::deserialize(&kept_adapters).unwrap(),
+    );
+    let values = |t: safetensors::tensor::TensorView<'_>| -> Vec<f32> {
+        t.data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    assert_eq!(a.names().len(), b.names().len());
+    for name in a.names() {
+        let (x, y) = (values(a.tensor(name).unwrap()), values(b.tensor(name).unwrap()));
+        let worst = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+        assert!(worst <= 1e-6, "{name}: adapters differ by {worst}");
+    }
+}
+
+#[test]
 fn lora_adapters_alone_reach_several_in_process_engines_unless_merged_from_a_bf16_base() {
     let sync_bytes = |merge: bool| -> Vec<u64> {
         let dir = tempfile::tempdir().unwrap();

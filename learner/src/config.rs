@@ -30,7 +30,7 @@ pub use lora::{LoraSection, TargetModules};
 pub use optimizer::OptimizerSection;
 pub use rollout::RolloutSection;
 pub use trainer::{CheckpointSection, TrainerSection};
-pub use values::{Dtype, DtypeSetting, ImportanceMode, ParallelismKind, Seconds};
+pub use values::{ActivationCheckpointing, Dtype, DtypeSetting, ImportanceMode, ParallelismKind, Seconds};
 
 /// The whole run.
 #[derive(Debug, Clone, Deserialize)]

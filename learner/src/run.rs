@@ -325,7 +325,7 @@ fn engine_context(longest_prompt: usize, completion_tokens: usize, max_model_len
 }
 
 /// The process's peak resident memory so far (Linux's `VmHWM`), if known.
-fn peak_resident_bytes() -> Option<u64> {
+pub fn peak_resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -429,7 +429,9 @@ impl Run<GrpoTask> {
         let choices = ChoiceRecord::decide(client, &request, recorded, &grpo_xla::pjrt::cache_dir())?;
         let grpo = GrpoConfig::of(config, max_steps, choices.choices);
         warn_if_cut_short(&grpo.schedule);
-        let decoder = start.decoder()?;
+        let decoder = start
+            .decoder()?
+            .with_layer_checkpoints(config.trainer.activation_checkpointing.per_layer());
         // The policy starts from the checkpoint when resuming; the KL's
         // reference is always the model (with adapters, the learner's own base).
         let reference = (grpo.loss.beta > 0.0 && start.lora.is_none())
@@ -497,7 +499,9 @@ impl Run<SftTask> {
         warn_if_cut_short(&sft.schedule);
         sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let column = &config.data.completion_column;
-        let decoder = start.decoder()?;
+        let decoder = start
+            .decoder()?
+            .with_layer_checkpoints(config.trainer.activation_checkpointing.per_layer());
         let parts = SftParts {
             client: client.clone(),
             data: encode_examples(&start.tokenizer, &train, column, sft.max_length)?,

@@ -480,3 +480,35 @@ fn max_shard_size_reads_as_transformers_reads_it() {
     );
     assert!(RunConfig::from_toml_str(&format!("{base}save_dtype = \"f16\"\n")).is_err());
 }
+
+#[test]
+fn activation_checkpointing_reads_its_names_and_trls_flag() {
+    use grpo_learner::config::ActivationCheckpointing;
+    let base = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[trainer]\n";
+    let read =
+        |line: &str| RunConfig::from_toml_str(&format!("{base}{line}\n")).map(|c| c.trainer.activation_checkpointing);
+    assert_eq!(read("").unwrap(), ActivationCheckpointing::None);
+    assert_eq!(
+        read("activation_checkpointing = \"layer\"").unwrap(),
+        ActivationCheckpointing::Layer
+    );
+    assert_eq!(
+        read("activation_checkpointing = \"none\"").unwrap(),
+        ActivationCheckpointing::None
+    );
+    assert_eq!(
+        read("gradient_checkpointing = true").unwrap(),
+        ActivationCheckpointing::Layer
+    );
+    assert_eq!(
+        read("gradient_checkpointing = false").unwrap(),
+        ActivationCheckpointing::None
+    );
+    for bad in ["activation_checkpointing = \"block\"", "activation_checkpointing = 2"] {
+        let error = read(bad).unwrap_err().to_string();
+        assert!(error.contains("trainer.activation_checkpointing"), "{bad}: {error}");
+    }
+    let sft = "[model]\nname = \"m\"\n[data]\npath = \"d.jsonl\"\n[trainer]\ngradient_checkpointing = true\n";
+    let sft = grpo_learner::config::sft::SftRunConfig::from_toml_str(sft).unwrap();
+    assert!(sft.trainer.activation_checkpointing.per_layer());
+}

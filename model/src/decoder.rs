@@ -14,7 +14,9 @@
 //! ([`Decoder::with_adapter_slots`]) holds several adapters side by side
 //! and lets each row of a batch pick its own.
 
-use grpo_xla::trace::{GatherDims, HeadScale, ScatterDims, Tensor, linear_log_probs, uniform};
+use std::rc::Rc;
+
+use grpo_xla::trace::{GatherDims, HeadScale, ScatterDims, Tensor, linear_log_probs, rematerialized, uniform};
 use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
@@ -30,6 +32,9 @@ pub struct Decoder {
     /// The base model's parameters: the first this many.
     base_count: usize,
     adapters: Option<Adapters>,
+    /// Whether a training forward rematerializes each layer in the backward
+    /// pass ([`Decoder::with_layer_checkpoints`]).
+    checkpoint_layers: bool,
 }
 
 /// The LoRA adapters of a decoder.
@@ -129,6 +134,69 @@ fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     let inner = x.add(&x.mul(&x.square()?)?.mul_scalar(0.044715)?)?;
     let t = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?.tanh()?;
     x.mul(&t.add_scalar(1.0)?)?.mul_scalar(0.5)
+}
+
+/// The rotary tables (cos, sin) of a forward: the global base's, and the
+/// sliding layers' own when they have one (Gemma 3).
+struct Rotary {
+    global: (Tensor, Tensor),
+    local: Option<(Tensor, Tensor)>,
+}
+
+impl Rotary {
+    /// The tables of `layer`.
+    fn of(&self, config: &ModelConfig, layer: usize) -> (&Tensor, &Tensor) {
+        let (cos, sin) = match &self.local {
+            Some(local) if config.slides(layer) => local,
+            _ => &self.global,
+        };
+        (cos, sin)
+    }
+}
+
+/// `decoder`'s layer `layer` of the forward over weights `w`, as
+/// [`rematerialized`]: it keeps its inputs — the residual stream `x`, the
+/// rotary tables, the attention mask `allowed`, the layer's parameters and
+/// the adapters' columns or dropout draw — and computes the rest again in
+/// the backward pass.
+fn checkpointed_layer(
+    decoder: &Rc<Decoder>,
+    w: &Weights<'_>,
+    layer: usize,
+    x: &Tensor,
+    (cos, sin): (&Tensor, &Tensor),
+    allowed: &Tensor,
+) -> Result<Tensor> {
+    let prefix = format!("model.layers.{layer}.");
+    let own: Vec<usize> = (0..w.tensors.len())
+        .filter(|&i| w.specs[i].name.starts_with(&prefix))
+        .collect();
+    let specs: Vec<ParamSpec> = own.iter().map(|&i| w.specs[i].clone()).collect();
+    let mut inputs = vec![x, cos, sin, allowed];
+    inputs.extend(own.iter().map(|&i| &w.tensors[i]));
+    let (columns, draw) = (w.columns.is_some(), w.draw.is_some());
+    inputs.extend(w.columns.iter().chain(&w.draw));
+    let decoder = Rc::clone(decoder);
+    let mut out = rematerialized("decoder_layer", &inputs, move |p| {
+        let (fixed, rest) = p.split_at(4);
+        let (params, extra) = rest.split_at(specs.len());
+        let mut extra = extra.iter();
+        let w = Weights {
+            specs: &specs,
+            tensors: params,
+            columns: if columns { extra.next() } else { None },
+            draw: if draw { extra.next() } else { None },
+        };
+        let attend = |q, k, v| decoder.attend(&q, &k, &v, &fixed[3]);
+        Ok(vec![decoder.layer(
+            &w,
+            layer,
+            &fixed[0],
+            (&fixed[1], &fixed[2]),
+            attend,
+        )?])
+    })?;
+    Ok(out.remove(0))
 }
 
 /// Which key each query may see in self-attention over one sequence:
@@ -240,7 +308,19 @@ impl Decoder {
             config,
             params,
             adapters: None,
+            checkpoint_layers: false,
         }
+    }
+
+    /// The same decoder whose scoring forwards ([`Decoder::token_logprobs`],
+    /// [`Decoder::shared_prompt_logprobs`], [`Decoder::logits`]) keep only
+    /// each layer's input for the backward pass, when `on`, and compute the
+    /// layer again there (activation checkpointing per layer): the values
+    /// and gradients are the same, the activations held are one
+    /// `[B, T, hidden]` per layer instead of every intermediate.
+    pub fn with_layer_checkpoints(mut self, on: bool) -> Decoder {
+        self.checkpoint_layers = on;
+        self
     }
 
     /// The decoder of `config` with `lora`'s adapters, whose tensors follow
@@ -494,9 +574,7 @@ impl Decoder {
     /// attends to the real tokens at or before it.
     pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let masks = Masks::new(&self.config, causal_mask(mask)?, positions, positions)?;
-        let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
-            self.attend(&q, &k, &v, masks.of(&self.config, layer))
-        })?;
+        let hidden = self.masked_forward(tensors, ids, positions, &masks)?;
         self.head(tensors, &hidden)
     }
 
@@ -646,9 +724,38 @@ impl Decoder {
         positions: &Tensor,
         mut attend: impl FnMut(usize, Tensor, Tensor, Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let c = &self.config;
         let w = self.weights(tensors);
-        let (b, t) = (ids.dims()[0], ids.dims()[1]);
+        let (mut x, rotary) = self.embed(&w, ids, positions)?;
+        for layer in 0..self.config.layers {
+            x = self.layer(&w, layer, &x, rotary.of(&self.config, layer), |q, k, v| {
+                attend(layer, q, k, v)
+            })?;
+        }
+        self.norm(&x, w.get("model.norm.weight")?)
+    }
+
+    /// [`Decoder::forward`] attending within `masks`; with
+    /// [`Decoder::with_layer_checkpoints`], each layer keeps only its input
+    /// for the backward pass and is computed again there.
+    fn masked_forward(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, masks: &Masks) -> Result<Tensor> {
+        let c = &self.config;
+        if !self.checkpoint_layers {
+            return self.forward(tensors, ids, positions, |layer, q, k, v| {
+                self.attend(&q, &k, &v, masks.of(c, layer))
+            });
+        }
+        let w = self.weights(tensors);
+        let (mut x, rotary) = self.embed(&w, ids, positions)?;
+        let shared = Rc::new(self.clone());
+        for layer in 0..c.layers {
+            x = checkpointed_layer(&shared, &w, layer, &x, rotary.of(c, layer), masks.of(c, layer))?;
+        }
+        self.norm(&x, w.get("model.norm.weight")?)
+    }
+
+    /// The scaled token embeddings of `ids` and the rotary tables of `positions`.
+    fn embed(&self, w: &Weights<'_>, ids: &Tensor, positions: &Tensor) -> Result<(Tensor, Rotary)> {
+        let c = &self.config;
         let embed = w.get("model.embed_tokens.weight")?;
         let global = self.rotary(positions, embed.dtype(), &c.rope_inverse_frequencies())?;
         // Gemma 3's sliding layers rotate at their own base.
@@ -656,81 +763,90 @@ impl Decoder {
             Some(inverse) => Some(self.rotary(positions, embed.dtype(), &inverse)?),
             None => None,
         };
-        let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
-
         let mut x = embed.take(ids, 0)?;
         if c.gemma.is_some() {
             // √hidden, in the embeddings' dtype (bf16 rounds it, as transformers does).
             x = x.mul_scalar((c.hidden_size as f64).sqrt())?;
         }
-        for layer in 0..c.layers {
-            let (cos, sin) = match &local {
-                Some(local) if c.slides(layer) => local,
-                _ => &global,
-            };
-            let rope = |x: &Tensor| -> Result<Tensor> { x.mul(cos)?.add(&rotate_half(x)?.mul(sin)?) };
-            let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
-            let lin = |leaf: &str, input: &Tensor, bias: bool| {
-                self.linear_layer(&w, &format!("model.layers.{layer}.{leaf}"), input, bias)
-            };
-            let project = |name: &str, n: i64, input: &Tensor| -> Result<Tensor> {
-                lin(&format!("self_attn.{name}"), input, c.qkv_bias)?
+        Ok((x, Rotary { global, local }))
+    }
+
+    /// Decoder layer `layer` on the residual stream `x` `[B, T, hidden]`,
+    /// rotating by `(cos, sin)`; `attend(q, k, v)` gives its attention context.
+    fn layer(
+        &self,
+        w: &Weights<'_>,
+        layer: usize,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, t) = (x.dims()[0], x.dims()[1]);
+        let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
+        let rope = |x: &Tensor| -> Result<Tensor> { x.mul(cos)?.add(&rotate_half(x)?.mul(sin)?) };
+        let p = |leaf: &str| w.get(&format!("model.layers.{layer}.{leaf}"));
+        let lin = |leaf: &str, input: &Tensor, bias: bool| {
+            self.linear_layer(w, &format!("model.layers.{layer}.{leaf}"), input, bias)
+        };
+        let project = |name: &str, n: i64, input: &Tensor| -> Result<Tensor> {
+            lin(&format!("self_attn.{name}"), input, c.qkv_bias)?
+                .reshape(&[b, t, n, hd])?
+                .transpose(&[0, 2, 1, 3])
+        };
+        let h = self.norm(x, p("input_layernorm.weight")?)?;
+        let (mut q, mut k, v) = if c.fused_projections {
+            // Phi-3: one product, then the query, key and value columns.
+            let qkv = lin("self_attn.qkv_proj", &h, false)?;
+            let heads_of = |from: i64, n: i64| -> Result<Tensor> {
+                qkv.slice_axis(2, from * hd, (from + n) * hd)?
                     .reshape(&[b, t, n, hd])?
                     .transpose(&[0, 2, 1, 3])
             };
-            let h = self.norm(&x, p("input_layernorm.weight")?)?;
-            let (mut q, mut k, v) = if c.fused_projections {
-                // Phi-3: one product, then the query, key and value columns.
-                let qkv = lin("self_attn.qkv_proj", &h, false)?;
-                let heads_of = |from: i64, n: i64| -> Result<Tensor> {
-                    qkv.slice_axis(2, from * hd, (from + n) * hd)?
-                        .reshape(&[b, t, n, hd])?
-                        .transpose(&[0, 2, 1, 3])
-                };
-                (heads_of(0, heads)?, heads_of(heads, kv)?, heads_of(heads + kv, kv)?)
-            } else {
-                (
-                    project("q_proj", heads, &h)?,
-                    project("k_proj", kv, &h)?,
-                    project("v_proj", kv, &h)?,
-                )
-            };
-            if c.qk_norm {
-                q = self.norm(&q, p("self_attn.q_norm.weight")?)?;
-                k = self.norm(&k, p("self_attn.k_norm.weight")?)?;
-            }
-            let context = attend(layer, rope(&q)?, rope(&k)?, v)?
-                .transpose(&[0, 2, 1, 3])?
-                .reshape(&[b, t, heads * hd])?;
-            let attended = lin("self_attn.o_proj", &context, false)?;
-            // Gemma normalizes each branch's output before its residual add.
-            let h = if c.gemma.is_some() {
-                x = x.add(&self.norm(&attended, p("post_attention_layernorm.weight")?)?)?;
-                self.norm(&x, p("pre_feedforward_layernorm.weight")?)?
-            } else {
-                x = x.add(&attended)?;
-                self.norm(&x, p("post_attention_layernorm.weight")?)?
-            };
-            let (gate, up) = if c.fused_projections {
-                // Phi-3: the gate's columns, then the up projection's.
-                let fused = lin("mlp.gate_up_proj", &h, false)?;
-                let i = c.intermediate_size as i64;
-                (fused.slice_axis(2, 0, i)?, fused.slice_axis(2, i, 2 * i)?)
-            } else {
-                (lin("mlp.gate_proj", &h, false)?, lin("mlp.up_proj", &h, false)?)
-            };
-            let gate = if c.gemma.is_some() {
-                gelu_tanh(&gate)?
-            } else {
-                gate.silu()?
-            };
-            let mut mlp = lin("mlp.down_proj", &gate.mul(&up)?, false)?;
-            if c.gemma.is_some() {
-                mlp = self.norm(&mlp, p("post_feedforward_layernorm.weight")?)?;
-            }
-            x = x.add(&mlp)?;
+            (heads_of(0, heads)?, heads_of(heads, kv)?, heads_of(heads + kv, kv)?)
+        } else {
+            (
+                project("q_proj", heads, &h)?,
+                project("k_proj", kv, &h)?,
+                project("v_proj", kv, &h)?,
+            )
+        };
+        if c.qk_norm {
+            q = self.norm(&q, p("self_attn.q_norm.weight")?)?;
+            k = self.norm(&k, p("self_attn.k_norm.weight")?)?;
         }
-        self.norm(&x, w.get("model.norm.weight")?)
+        let context = attend(rope(&q)?, rope(&k)?, v)?
+            .transpose(&[0, 2, 1, 3])?
+            .reshape(&[b, t, heads * hd])?;
+        let attended = lin("self_attn.o_proj", &context, false)?;
+        // Gemma normalizes each branch's output before its residual add.
+        let (x, h) = if c.gemma.is_some() {
+            let x = x.add(&self.norm(&attended, p("post_attention_layernorm.weight")?)?)?;
+            let h = self.norm(&x, p("pre_feedforward_layernorm.weight")?)?;
+            (x, h)
+        } else {
+            let x = x.add(&attended)?;
+            let h = self.norm(&x, p("post_attention_layernorm.weight")?)?;
+            (x, h)
+        };
+        let (gate, up) = if c.fused_projections {
+            // Phi-3: the gate's columns, then the up projection's.
+            let fused = lin("mlp.gate_up_proj", &h, false)?;
+            let i = c.intermediate_size as i64;
+            (fused.slice_axis(2, 0, i)?, fused.slice_axis(2, i, 2 * i)?)
+        } else {
+            (lin("mlp.gate_proj", &h, false)?, lin("mlp.up_proj", &h, false)?)
+        };
+        let gate = if c.gemma.is_some() {
+            gelu_tanh(&gate)?
+        } else {
+            gate.silu()?
+        };
+        let mut mlp = lin("mlp.down_proj", &gate.mul(&up)?, false)?;
+        if c.gemma.is_some() {
+            mlp = self.norm(&mlp, p("post_feedforward_layernorm.weight")?)?;
+        }
+        x.add(&mlp)
     }
 
     /// Log-probabilities and entropies `[B, last]` (f32) of the last
@@ -761,9 +877,7 @@ impl Decoder {
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
         let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
-        let hidden = self.forward(tensors, ids, &positions, |layer, q, k, v| {
-            self.attend(&q, &k, &v, masks.of(&self.config, layer))
-        })?;
+        let hidden = self.masked_forward(tensors, ids, &positions, &masks)?;
         // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
         let first = t - last;
         let scoring = hidden.slice_axis(1, first - 1, t - 1)?;
@@ -829,9 +943,7 @@ impl Decoder {
         let shared = in_prompt.or(&col.ge(&start)?)?.reshape(&[1, t, t])?;
         let allowed = causal_mask(mask)?.and(&shared)?;
         let masks = Masks::new(&self.config, allowed, &positions, &positions)?;
-        let hidden = self.forward(tensors, ids, &positions, |layer, q, k, v| {
-            self.attend(&q, &k, &v, masks.of(&self.config, layer))
-        })?;
+        let hidden = self.masked_forward(tensors, ids, &positions, &masks)?;
         // Token 0 of every slot is predicted by the prompt's last hidden state,
         // token j > 0 by its slot's token j − 1.
         let width = hidden.dims()[2];

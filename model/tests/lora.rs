@@ -346,6 +346,22 @@ fn adapter_dropout_draws_masks_per_draw_and_keeps_gradients_exact() {
     let (again, grads_again) = run(&folder.tensors, Some(1));
     let (second, _) = run(&folder.tensors, Some(2));
     assert_eq!((&first, &grads), (&again, &grads_again), "a draw's masks are fixed");
+    // Recomputed layers draw the same masks: the same log-probs and gradients.
+    let source = WithAdapters {
+        base: &base,
+        adapters: &folder.tensors,
+    };
+    let checkpointed = dropped.clone().with_layer_checkpoints(true);
+    let (recomputed, recomputed_grads) = logprobs_and_adapter_grads_drawn("llama", &checkpointed, &source, Some(1));
+    assert!(worst(&recomputed, &first, &mask) <= 1e-6);
+    for (got, want) in recomputed_grads.iter().zip(&grads) {
+        let scale = want.iter().map(|v| v.abs()).fold(1e-6f32, f32::max);
+        let error = got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
+        assert!(
+            error <= 1e-5 * scale,
+            "checkpointed gradient off by {error} (scale {scale})"
+        );
+    }
     assert!(worst(&first, &second, &mask) > 1e-3, "other draws, other masks");
     assert!(worst(&first, &evaluation, &mask) > 1e-3, "dropout changes the forward");
 

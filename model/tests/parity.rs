@@ -52,9 +52,15 @@ fn inputs(dir: &Path) -> Inputs {
 /// Runs logprobs, entropy and ∂Σ(mask·logprob)/∂params for one fixture and
 /// compares with transformers.
 fn check_family(family: &str) {
+    check_decoder(family, false);
+}
+
+/// [`check_family`], each layer rematerialized in the backward pass when
+/// `checkpoints` says so.
+fn check_decoder(family: &str, checkpoints: bool) {
     let dir = fixture(family);
     let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
-    let decoder = Decoder::new(config);
+    let decoder = Decoder::new(config).with_layer_checkpoints(checkpoints);
     let weights = Safetensors::open_dir(&dir).unwrap();
     let expected = Safetensors::open_files(&[dir.join("expected.safetensors")]).unwrap();
     let input = inputs(&dir);
@@ -151,6 +157,15 @@ fn gemma3_matches_transformers() {
 #[test]
 fn gemma2_matches_transformers() {
     check_family("gemma2");
+}
+
+/// Layer checkpoints change what the backward pass keeps, not what it
+/// computes: every family still matches transformers.
+#[test]
+fn every_family_matches_transformers_with_layer_checkpoints() {
+    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "gemma2"] {
+        check_decoder(family, true);
+    }
 }
 
 /// The bucketed runner pads to 16 tokens; real positions must not change.

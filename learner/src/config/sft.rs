@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::values::{check_epochs, require, run_steps};
 use super::{
-    CheckpointSection, ConfigFile, LoggingSection, LoraSection, MAX_BATCH, MAX_MODEL_LEN, ModelSection,
-    OptimizerSection, ParallelismKind, SftOut,
+    ActivationCheckpointing, CheckpointSection, ConfigFile, LoggingSection, LoraSection, MAX_BATCH, MAX_MODEL_LEN,
+    ModelSection, OptimizerSection, ParallelismKind, SftOut,
 };
 use crate::error::Result;
 
@@ -104,6 +104,11 @@ pub struct SftTrainerSection {
     pub parallelism: ParallelismKind,
     /// Devices of an SPMD learner (0: all the client's). Default 0.
     pub devices: usize,
+    /// What a train step keeps for its backward pass: "none" (every
+    /// intermediate; default) or "layer" (each decoder layer's input, the
+    /// layer computed again; TRL's `gradient_checkpointing = true` too).
+    #[serde(alias = "gradient_checkpointing")]
+    pub activation_checkpointing: ActivationCheckpointing,
 }
 
 impl SftTrainerSection {
@@ -151,6 +156,7 @@ impl Default for SftTrainerSection {
             max_length: 1024,
             parallelism: ParallelismKind::None,
             devices: 0,
+            activation_checkpointing: ActivationCheckpointing::None,
         }
     }
 }

@@ -6,7 +6,7 @@ use grpo_xla::trace::Parallelism;
 use serde::Deserialize;
 
 use super::values::{check_epochs, require, run_steps};
-use super::{Dtype, DtypeSetting, MAX_BATCH, ParallelismKind};
+use super::{ActivationCheckpointing, Dtype, DtypeSetting, MAX_BATCH, ParallelismKind};
 use crate::error::{Error, Result};
 
 /// `[trainer]`.
@@ -39,6 +39,11 @@ pub struct TrainerSection {
     pub parallelism: ParallelismKind,
     /// Devices of an SPMD learner (0: all the client's). Default 0.
     pub devices: usize,
+    /// What a train step keeps for its backward pass: "none" (every
+    /// intermediate; default) or "layer" (each decoder layer's input, the
+    /// layer computed again; TRL's `gradient_checkpointing = true` too).
+    #[serde(alias = "gradient_checkpointing")]
+    pub activation_checkpointing: ActivationCheckpointing,
 }
 
 impl Default for TrainerSection {
@@ -52,6 +57,7 @@ impl Default for TrainerSection {
             eval_every: 10,
             parallelism: ParallelismKind::None,
             devices: 0,
+            activation_checkpointing: ActivationCheckpointing::None,
         }
     }
 }

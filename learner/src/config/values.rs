@@ -102,6 +102,48 @@ pub enum ImportanceMode {
     Sequence,
 }
 
+/// `[trainer] activation_checkpointing`: what a train step keeps of its
+/// forward pass for the backward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ActivationCheckpointing {
+    /// Every intermediate the backward pass reads.
+    #[default]
+    None,
+    /// Each decoder layer's input alone; the layer is computed again in the
+    /// backward pass (TRL's `gradient_checkpointing = true`).
+    Layer,
+}
+
+impl<'de> Deserialize<'de> for ActivationCheckpointing {
+    /// `"none"` or `"layer"`, or TRL's `gradient_checkpointing` boolean.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Name(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Flag(false) => Ok(ActivationCheckpointing::None),
+            Written::Flag(true) => Ok(ActivationCheckpointing::Layer),
+            Written::Name(name) => match name.as_str() {
+                "none" => Ok(ActivationCheckpointing::None),
+                "layer" => Ok(ActivationCheckpointing::Layer),
+                other => Err(serde::de::Error::custom(format!(
+                    "`{other}` is not \"none\" or \"layer\" (or TRL's true / false)"
+                ))),
+            },
+        }
+    }
+}
+
+impl ActivationCheckpointing {
+    /// Whether decoder layers are rematerialized.
+    pub fn per_layer(self) -> bool {
+        self == ActivationCheckpointing::Layer
+    }
+}
+
 /// `[trainer] parallelism`: how the learner spans devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -1,7 +1,11 @@
 //! `grpo bench model-step`: training forward + backward of a pretrained
 //! decoder (loss = −mean next-token log-prob, gradients of every parameter,
 //! no optimizer) as one XLA program, timed as `bench/model_step_torch.py`
-//! times transformers on the same model and shapes.
+//! times transformers on the same model and shapes. It reports the memory
+//! XLA's buffer assignment gives the program — temporaries (activations and
+//! the backward's intermediates), arguments, outputs — with or without
+//! layer checkpoints; `--compile-only` stops there, to find the longest
+//! row a machine holds without running it.
 
 use anyhow::bail;
 use grpo_model::decoder::Decoder;
@@ -31,6 +35,13 @@ pub struct ModelStepArgs {
     /// Parameter dtype: f32 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// `none`, or `layer`: each decoder layer keeps its input alone and is
+    /// computed again in the backward pass (`[trainer] activation_checkpointing`).
+    #[arg(long, default_value = "none")]
+    activation_checkpointing: String,
+    /// Compile and report the program's memory, without running it.
+    #[arg(long)]
+    compile_only: bool,
     #[command(flatten)]
     timing: TimingArgs,
 }
@@ -45,11 +56,15 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     if args.batch < 1 || args.seq < 2 {
         bail!("--batch must be ≥ 1 and --seq ≥ 2");
     }
+    let checkpoints = match args.activation_checkpointing.as_str() {
+        "none" => false,
+        "layer" => true,
+        other => bail!("--activation-checkpointing must be none or layer, not `{other}`"),
+    };
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let device = client.device(0)?.clone();
-    let decoder = Decoder::new(model.config.clone());
-    let params = upload_parameters(&client, &device, &decoder, model.weights.as_ref(), dtype)?;
+    let decoder = Decoder::new(model.config.clone()).with_layer_checkpoints(checkpoints);
 
     let graph = Graph::new("model_step");
     let inputs = decoder.parameter_tensors(&graph, dtype)?;
@@ -62,6 +77,37 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let mut outputs = vec![&loss];
     outputs.extend(grads.iter());
     let executable = graph.build(&outputs)?.compile(&client)?;
+    let memory = executable.memory_stats()?;
+    let gib = |bytes: usize| bytes as f64 / f64::from(1u32 << 30);
+    let memory_json = format!(
+        "\"activation_checkpointing\": \"{}\", \"temp_bytes\": {}, \"argument_bytes\": {}, \"output_bytes\": {}, \"peak_bytes\": {}",
+        args.activation_checkpointing, memory.temporaries, memory.arguments, memory.outputs, memory.peak
+    );
+    let memory_text = format!(
+        "temporaries {:.3} GiB, arguments {:.3} GiB, outputs {:.3} GiB (activation checkpointing: {})",
+        gib(memory.temporaries),
+        gib(memory.arguments),
+        gib(memory.outputs),
+        args.activation_checkpointing
+    );
+    if args.compile_only {
+        if args.timing.json {
+            println!(
+                "{{\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, {memory_json}}}",
+                model_label(&args.model),
+                args.dtype,
+                args.batch,
+                args.seq
+            );
+        } else {
+            println!(
+                "{} {} fwd+bwd at {}×{}: {memory_text}",
+                args.model, args.dtype, args.batch, args.seq
+            );
+        }
+        return Ok(());
+    }
+    let params = upload_parameters(&client, &device, &decoder, model.weights.as_ref(), dtype)?;
 
     let mut rng = rand::rng();
     let count = (args.batch * args.seq) as usize;
@@ -80,9 +126,10 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
         Ok(())
     })?;
     let (median, best) = (timings.median().as_secs_f64() * 1e3, timings.best().as_secs_f64() * 1e3);
+    let rss = grpo_learner::run::peak_resident_bytes().unwrap_or(0);
     if args.timing.json {
         println!(
-            "{{\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"median_ms\": {median:.3}, \"best_ms\": {best:.3}, \"runs\": {}}}",
+            "{{\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"median_ms\": {median:.3}, \"best_ms\": {best:.3}, \"runs\": {}, {memory_json}, \"peak_rss_bytes\": {rss}}}",
             model_label(&args.model),
             args.dtype,
             args.batch,
@@ -92,8 +139,12 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     } else {
         let tokens = count as f64 / (median / 1e3);
         println!(
-            "{} {} fwd+bwd at {}×{}: median {median:.1} ms ({tokens:.0} tokens/s), best {best:.1} ms",
-            args.model, args.dtype, args.batch, args.seq
+            "{} {} fwd+bwd at {}×{}: median {median:.1} ms ({tokens:.0} tokens/s), best {best:.1} ms; {memory_text}; peak RSS {:.3} GiB",
+            args.model,
+            args.dtype,
+            args.batch,
+            args.seq,
+            gib(rss as usize)
         );
     }
     Ok(())

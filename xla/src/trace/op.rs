@@ -9,7 +9,7 @@
 use super::emit::EmitCtx;
 use super::graph::Tensor;
 use super::ops::constant::{Constant, Iota};
-use super::ops::control::{RngBitGenerator, Sort, StopGradient, While};
+use super::ops::control::{OptimizationBarrier, RngBitGenerator, Sort, StopGradient, While};
 use super::ops::custom::CustomVjp;
 use super::ops::dot::DotGeneral;
 use super::ops::elementwise::{Binary, Compare, Convert, Select, Unary};
@@ -49,6 +49,7 @@ pub(crate) enum Op {
     While(While),
     RngBitGenerator(RngBitGenerator),
     StopGradient(StopGradient),
+    OptimizationBarrier(OptimizationBarrier),
     CustomVjp(CustomVjp),
     Gather(Gather),
     Scatter(Scatter),
@@ -117,6 +118,7 @@ impl Op {
             Op::While(r) => r,
             Op::RngBitGenerator(r) => r,
             Op::StopGradient(r) => r,
+            Op::OptimizationBarrier(r) => r,
             Op::CustomVjp(r) => r,
             Op::Gather(r) => r,
             Op::Scatter(r) => r,

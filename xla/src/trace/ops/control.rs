@@ -43,6 +43,40 @@ pub(crate) struct RngBitGenerator;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct StopGradient;
 
+/// The identity on several values that the compiler does not see through
+/// (StableHLO's `optimization_barrier`): what is computed from its outputs
+/// is never merged with what is computed from its inputs, and waits for all
+/// of them. Equal only to itself, so two barriers are never merged either.
+#[derive(Debug, Clone)]
+pub(crate) struct OptimizationBarrier(Rc<()>);
+
+impl PartialEq for OptimizationBarrier {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for OptimizationBarrier {}
+
+impl Hash for OptimizationBarrier {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Rc::as_ptr(&self.0).hash(state);
+    }
+}
+
+/// `values` through one [`OptimizationBarrier`]: the same values, which the
+/// compiler may neither merge with their sources' users nor compute from
+/// before all of `values` exist. The gradient passes through unchanged.
+pub fn optimization_barrier(values: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let first = values
+        .first()
+        .ok_or_else(|| Error::trace("optimization_barrier", "needs at least one value"))?;
+    let types = values.iter().map(|t| t.ty.clone()).collect();
+    first
+        .graph
+        .apply_multi(Op::OptimizationBarrier(OptimizationBarrier(Rc::new(()))), values, types)
+}
+
 impl PartialEq for While {
     fn eq(&self, other: &Self) -> bool {
         Rc::ptr_eq(&self.cond, &other.cond) && Rc::ptr_eq(&self.body, &other.body)
@@ -405,6 +439,21 @@ impl Rule for RngBitGenerator {
     /// Integer in, integers out: nothing to differentiate.
     fn vjp(&self, _: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
         Ok(vec![None])
+    }
+}
+
+impl Rule for OptimizationBarrier {
+    fn name(&self) -> &'static str {
+        "optimization_barrier"
+    }
+
+    fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
+        ctx.generic("stablehlo.optimization_barrier", "", &[]);
+        Ok(())
+    }
+
+    fn vjp(&self, args: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
+        Ok(args.cotangents.to_vec())
     }
 }
 

@@ -2,13 +2,14 @@
 //! is traced into a sub-graph and emitted inline; autodiff does not look
 //! inside it but calls the given VJP instead. This is how computations whose
 //! forward uses loops (which have no gradient rule) get a gradient, and how
-//! a backward pass can recompute instead of keep large intermediates.
+//! a backward pass can recompute instead of keep large intermediates —
+//! [`rematerialized`] does that for any function (activation checkpointing).
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
-use super::control::trace_body;
+use super::control::{optimization_barrier, trace_body};
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::trace::emit::EmitCtx;
@@ -102,4 +103,61 @@ impl Rule for CustomVjp {
         }
         Ok(cotangents)
     }
+}
+
+/// `f(inputs)`, whose intermediates are not kept for the backward pass but
+/// computed again there from `inputs` (activation checkpointing, JAX's
+/// `jax.checkpoint`): the backward keeps `inputs` alone.
+///
+/// The recomputation starts from the inputs and the output cotangents
+/// passed through one [`optimization_barrier`], so the compiler neither
+/// merges it with the forward's copy (which would keep every intermediate
+/// again) nor runs it before the backward reaches it. Its gradient is the
+/// autodiff of the recomputed `f` with respect to those fresh values alone:
+/// the cotangents, which depend on the same inputs through what follows,
+/// are constants to it. Inputs that are not floats get no gradient.
+pub fn rematerialized(
+    name: &'static str,
+    inputs: &[&Tensor],
+    f: impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + 'static,
+) -> Result<Vec<Tensor>> {
+    let f = Rc::new(f);
+    let again = Rc::clone(&f);
+    custom_vjp(
+        name,
+        inputs,
+        |p| f(p),
+        move |inputs, _, cotangents| {
+            let mut held: Vec<&Tensor> = inputs.iter().collect();
+            held.extend(cotangents.iter().flatten());
+            let held = optimization_barrier(&held)?;
+            let (inputs, mut arrived) = (&held[..inputs.len()], held[inputs.len()..].iter());
+            let outputs = again(inputs)?;
+            // The vector-Jacobian product as the gradient of Σ sum(output · cotangent).
+            let mut total: Option<Tensor> = None;
+            for (output, cotangent) in outputs.iter().zip(cotangents) {
+                if cotangent.is_none() {
+                    continue;
+                }
+                let cotangent = arrived.next().expect("one held value per cotangent");
+                let term = output
+                    .mul(cotangent)?
+                    .convert(crate::dtype::ElementType::F32)?
+                    .sum_all()?;
+                total = Some(match total {
+                    Some(sum) => sum.add(&term)?,
+                    None => term,
+                });
+            }
+            let floats: Vec<&Tensor> = inputs.iter().filter(|t| t.dtype().is_float()).collect();
+            let Some(total) = total else {
+                return Ok(vec![None; inputs.len()]);
+            };
+            let mut gradients = super::super::autodiff::grad(&total, &floats)?.into_iter();
+            Ok(inputs
+                .iter()
+                .map(|t| t.dtype().is_float().then(|| gradients.next().expect("one per float")))
+                .collect())
+        },
+    )
 }

@@ -43,7 +43,6 @@ type Name = [(&'static str, String); 1];
 
 /// The run's metrics.
 struct RunMetrics {
-    registry: Arc<Registry>,
     step: Gauge,
     max_steps: Gauge,
     reward: RealGauge,
@@ -61,9 +60,7 @@ struct RunMetrics {
 
 impl RunMetrics {
     fn new() -> RunMetrics {
-        let mut registry = Registry::default();
-        let metrics = RunMetrics {
-            registry: Arc::default(),
+        RunMetrics {
             step: Gauge::default(),
             max_steps: Gauge::default(),
             reward: RealGauge::default(),
@@ -78,8 +75,12 @@ impl RunMetrics {
             fleet_members: Gauge::default(),
             fleet_ready: Gauge::default(),
             last: Family::default(),
-        };
-        let m = &metrics;
+        }
+    }
+
+    /// Registers every metric in `registry`.
+    fn register(&self, registry: &mut Registry) {
+        let m = self;
         registry.register("grpo_step", "Steps done", m.step.clone());
         registry.register("grpo_max_steps", "The run's last step", m.max_steps.clone());
         registry.register("grpo_reward", "The last step's mean reward", m.reward.clone());
@@ -121,10 +122,6 @@ impl RunMetrics {
             "Each numeric metric of the last step that had it, by its metrics.jsonl name",
             m.last.clone(),
         );
-        RunMetrics {
-            registry: Arc::new(registry),
-            ..metrics
-        }
     }
 
     /// Takes in a step's record.
@@ -170,15 +167,21 @@ impl RunMetrics {
 pub struct Exporter {
     addr: SocketAddr,
     metrics: RunMetrics,
+    /// The page: `metrics`, registered.
+    registry: Arc<Registry>,
     endpoint: Option<Endpoint>,
 }
 
 impl Exporter {
     /// An exporter to listen on `addr` (port 0 picks a free one).
     pub fn new(addr: SocketAddr) -> Exporter {
+        let metrics = RunMetrics::new();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
         Exporter {
             addr,
-            metrics: RunMetrics::new(),
+            metrics,
+            registry: Arc::new(registry),
             endpoint: None,
         }
     }
@@ -188,7 +191,7 @@ impl Hook for Exporter {
     fn on_start(&mut self, run: &mut dyn RunContext) -> Result<()> {
         self.metrics.max_steps.set(run.max_steps() as i64);
         self.metrics.step.set(run.steps_done() as i64);
-        let page = registry_page(self.metrics.registry.clone());
+        let page = registry_page(Arc::clone(&self.registry));
         let endpoint = Endpoint::start(self.addr, page).map_err(|e| Error::Config {
             field: "logging.prometheus_listen",
             message: format!("cannot listen on {}: {e}", self.addr),

@@ -23,7 +23,7 @@ pub type Scrape = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
 /// What each scrape renders.
 pub type Page = Arc<dyn Fn() -> Scrape + Send + Sync>;
 
-/// A page of fixed registries, rendered afresh at each scrape.
+/// The page of `registry`, rendered afresh at each scrape.
 pub fn registry_page(registry: Arc<prometheus_client::registry::Registry>) -> Page {
     Arc::new(move || {
         let page = crate::render(&[&registry]);

@@ -571,14 +571,13 @@ fn gemma_style(family: Family, raw: &RawConfig) -> Result<(GemmaStyle, Vec<bool>
     let theta = |kind: &str| nested(kind).and_then(|p| p.get("rope_theta")).and_then(Value::as_f64);
     let flat_theta = flat.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64);
     let (global, local, pattern) = if family == Family::Gemma2 {
-        if let Some(field) = [
+        for (field, given) in [
             ("rope_local_base_freq", raw.rope_local_base_freq.is_some()),
             ("sliding_window_pattern", raw.sliding_window_pattern.is_some()),
-        ]
-        .iter()
-        .find_map(|(field, given)| given.then_some(*field))
-        {
-            return Err(unsupported(field, "is Gemma 3's; Gemma 2 does not read it"));
+        ] {
+            if given {
+                return Err(unsupported(field, "is Gemma 3's; Gemma 2 does not read it"));
+            }
         }
         let theta = flat_theta.or(raw.rope_theta).unwrap_or(10_000.0);
         (theta, theta, 2)

@@ -123,13 +123,13 @@ fn normalized(x: &Tensor, eps: f64) -> Result<Tensor> {
     x32.mul(&mean_square.add_scalar(eps)?.rsqrt()?)
 }
 
-/// GELU with the tanh approximation (`gelu_pytorch_tanh`):
-/// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
 /// `cap · tanh(x / cap)`: Gemma 2's soft-capping of scores and logits.
 fn soft_cap(x: &Tensor, cap: f64) -> Result<Tensor> {
     x.mul_scalar(1.0 / cap)?.tanh()?.mul_scalar(cap)
 }
 
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`):
+/// `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
 fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     let inner = x.add(&x.mul(&x.square()?)?.mul_scalar(0.044715)?)?;
     let t = inner.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?.tanh()?;
@@ -724,14 +724,9 @@ impl Decoder {
         positions: &Tensor,
         mut attend: impl FnMut(usize, Tensor, Tensor, Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
-        let w = self.weights(tensors);
-        let (mut x, rotary) = self.embed(&w, ids, positions)?;
-        for layer in 0..self.config.layers {
-            x = self.layer(&w, layer, &x, rotary.of(&self.config, layer), |q, k, v| {
-                attend(layer, q, k, v)
-            })?;
-        }
-        self.norm(&x, w.get("model.norm.weight")?)
+        self.stack(tensors, ids, positions, |w, layer, x, rotary| {
+            self.layer(w, layer, x, rotary, |q, k, v| attend(layer, q, k, v))
+        })
     }
 
     /// [`Decoder::forward`] attending within `masks`; with
@@ -744,11 +739,25 @@ impl Decoder {
                 self.attend(&q, &k, &v, masks.of(c, layer))
             });
         }
+        let shared = Rc::new(self.clone());
+        self.stack(tensors, ids, positions, |w, layer, x, rotary| {
+            checkpointed_layer(&shared, w, layer, x, rotary, masks.of(c, layer))
+        })
+    }
+
+    /// The embeddings of `ids`, each layer's `layer(weights, index, x,
+    /// rotary tables)` in turn, then the final norm.
+    fn stack(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        mut layer: impl FnMut(&Weights<'_>, usize, &Tensor, (&Tensor, &Tensor)) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let w = self.weights(tensors);
         let (mut x, rotary) = self.embed(&w, ids, positions)?;
-        let shared = Rc::new(self.clone());
-        for layer in 0..c.layers {
-            x = checkpointed_layer(&shared, &w, layer, &x, rotary.of(c, layer), masks.of(c, layer))?;
+        for index in 0..self.config.layers {
+            x = layer(&w, index, &x, rotary.of(&self.config, index))?;
         }
         self.norm(&x, w.get("model.norm.weight")?)
     }

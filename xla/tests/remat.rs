@@ -75,29 +75,14 @@ fn inputs() -> Vec<(Vec<f32>, Vec<i64>)> {
     values
 }
 
-fn run(client: &Client, executable: &Executable, values: &[(Vec<f32>, Vec<i64>)]) -> Vec<Vec<f32>> {
-    let device = client.device(0).unwrap();
-    let buffers: Vec<_> = values
-        .iter()
-        .map(|(data, dims)| client.buffer_from_host(data, dims, device).unwrap())
-        .collect();
-    let refs: Vec<_> = buffers.iter().collect();
-    executable
-        .execute(&refs)
-        .unwrap()
-        .iter()
-        .map(|b| b.to_host::<f32>().unwrap())
-        .collect()
-}
-
 #[test]
 fn rematerialized_blocks_give_autodiffs_gradients_and_hold_less_memory() {
     let client = cpu_client(1);
     let plain = program(&client, false);
     let remat = program(&client, true);
     let values = inputs();
-    let expected = run(&client, &plain, &values);
-    let got = run(&client, &remat, &values);
+    let expected = common::check::run(&client, &plain, &values);
+    let got = common::check::run(&client, &remat, &values);
     for (index, (g, e)) in got.iter().zip(&expected).enumerate() {
         for (x, y) in g.iter().zip(e) {
             assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "output {index}: {x} vs {y}");
@@ -129,14 +114,7 @@ fn a_barrier_is_the_identity_and_passes_gradients_through() {
         .unwrap()
         .compile(&client)
         .unwrap();
-    let device = client.device(0).unwrap();
-    let a = client.buffer_from_host(&[1.0f32, 2.0, 3.0], &[3], device).unwrap();
-    let b = client.buffer_from_host(&[4.0f32, 5.0, 6.0], &[3], device).unwrap();
-    let out: Vec<Vec<f32>> = executable
-        .execute(&[&a, &b])
-        .unwrap()
-        .iter()
-        .map(|b| b.to_host::<f32>().unwrap())
-        .collect();
+    let inputs = [(vec![1.0f32, 2.0, 3.0], vec![3]), (vec![4.0, 5.0, 6.0], vec![3])];
+    let out = common::check::run(&client, &executable, &inputs);
     assert_eq!(out, [vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0], vec![1.0, 2.0, 3.0]]);
 }

@@ -79,6 +79,14 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let executable = graph.build(&outputs)?.compile(&client)?;
     let memory = executable.memory_stats()?;
     let gib = |bytes: usize| bytes as f64 / f64::from(1u32 << 30);
+    let case_json = format!(
+        "\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}",
+        model_label(&args.model),
+        args.dtype,
+        args.batch,
+        args.seq
+    );
+    let case_text = format!("{} {} fwd+bwd at {}×{}", args.model, args.dtype, args.batch, args.seq);
     let memory_json = format!(
         "\"activation_checkpointing\": \"{}\", \"temp_bytes\": {}, \"argument_bytes\": {}, \"output_bytes\": {}, \"peak_bytes\": {}",
         args.activation_checkpointing, memory.temporaries, memory.arguments, memory.outputs, memory.peak
@@ -92,18 +100,9 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     );
     if args.compile_only {
         if args.timing.json {
-            println!(
-                "{{\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, {memory_json}}}",
-                model_label(&args.model),
-                args.dtype,
-                args.batch,
-                args.seq
-            );
+            println!("{{{case_json}, {memory_json}}}");
         } else {
-            println!(
-                "{} {} fwd+bwd at {}×{}: {memory_text}",
-                args.model, args.dtype, args.batch, args.seq
-            );
+            println!("{case_text}: {memory_text}");
         }
         return Ok(());
     }
@@ -129,21 +128,13 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let rss = grpo_learner::run::peak_resident_bytes().unwrap_or(0);
     if args.timing.json {
         println!(
-            "{{\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"median_ms\": {median:.3}, \"best_ms\": {best:.3}, \"runs\": {}, {memory_json}, \"peak_rss_bytes\": {rss}}}",
-            model_label(&args.model),
-            args.dtype,
-            args.batch,
-            args.seq,
+            "{{{case_json}, \"median_ms\": {median:.3}, \"best_ms\": {best:.3}, \"runs\": {}, {memory_json}, \"peak_rss_bytes\": {rss}}}",
             args.timing.runs
         );
     } else {
         let tokens = count as f64 / (median / 1e3);
         println!(
-            "{} {} fwd+bwd at {}×{}: median {median:.1} ms ({tokens:.0} tokens/s), best {best:.1} ms; {memory_text}; peak RSS {:.3} GiB",
-            args.model,
-            args.dtype,
-            args.batch,
-            args.seq,
+            "{case_text}: median {median:.1} ms ({tokens:.0} tokens/s), best {best:.1} ms; {memory_text}; peak RSS {:.3} GiB",
             gib(rss as usize)
         );
     }

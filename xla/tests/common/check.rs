@@ -2,7 +2,7 @@
 //! gradients against central finite differences, all in f64 on real XLA.
 
 use grpo_xla::trace::{Graph, Tensor, grad};
-use grpo_xla::{Client, ElementType, Executable, Result};
+use grpo_xla::{Client, ElementType, Executable, NativeType, Result};
 
 /// One f64 input: its shape and the range its random values come from.
 #[derive(Debug, Clone)]
@@ -41,6 +41,11 @@ impl Input {
 
 /// Runs `executable` on f64 inputs, returning every output as f64.
 pub fn run_f64(client: &Client, executable: &Executable, inputs: &[(Vec<f64>, Vec<i64>)]) -> Vec<Vec<f64>> {
+    run(client, executable, inputs)
+}
+
+/// Runs `executable` on inputs of one element type, returning every output as that type.
+pub fn run<T: NativeType>(client: &Client, executable: &Executable, inputs: &[(Vec<T>, Vec<i64>)]) -> Vec<Vec<T>> {
     let device = client.device(0).unwrap();
     let buffers: Vec<_> = inputs
         .iter()
@@ -51,7 +56,7 @@ pub fn run_f64(client: &Client, executable: &Executable, inputs: &[(Vec<f64>, Ve
         .execute(&refs)
         .unwrap()
         .iter()
-        .map(|b| b.to_host::<f64>().unwrap())
+        .map(|b| b.to_host::<T>().unwrap())
         .collect()
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the Gemma 2 / Gemma 3 / Llama / Mistral / Phi-3 / Qwen2 / Qwen3 decoders: tiny random
+"""Reference fixtures for the Gemma 2 / Gemma 3 / Llama / Mistral / Phi-3 / Qwen2 / Qwen3 / Qwen3-MoE decoders: tiny random
 models built with Hugging Face transformers, their per-token log-probabilities
 and entropies on a fixed padded batch, and the gradient of the masked
 log-probability sum with respect to every parameter.
@@ -11,7 +11,7 @@ venv with torch, transformers and safetensors and prints its python):
 
 Writes model/tests/fixtures/parity/<family>/{config.json, model.safetensors,
 inputs.json, expected.safetensors} for family in llama, qwen2, qwen3, mistral,
-phi3, gemma3, gemma2, and
+phi3, gemma3, gemma2, qwen3_moe, and
 model/tests/fixtures/parity/README.md (the definitions, the versions). The
 output is deterministic (CPU, fixed seeds): a rerun rewrites the same bytes.
 """
@@ -44,6 +44,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
@@ -52,6 +54,7 @@ from transformers.models.mistral import modeling_mistral
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "model" / "tests" / "fixtures" / "parity"
@@ -124,7 +127,16 @@ FAMILIES = [
      dict(head_dim=8, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
           query_pre_attn_scalar=12, sliding_window=4, rope_parameters=ROPE_DEFAULT,
           final_logit_softcapping=SOFTCAP_FINAL, attn_logit_softcapping=SOFTCAP_ATTENTION)),
+    # Qwen3-MoE: 3 layers, 0 and 2 sparse (4 experts of width 16, top 2,
+    # renormalized), 1 dense (mlp_only_layers); experts run by transformers'
+    # eager loop.
+    ("qwen3_moe", Qwen3MoeConfig, Qwen3MoeForCausalLM, modeling_qwen3_moe,
+     dict(head_dim=8, tie_word_embeddings=False, rope_parameters=ROPE_DEFAULT, attention_bias=False,
+          use_sliding_window=False, num_hidden_layers=3, num_experts=4, num_experts_per_tok=2,
+          moe_intermediate_size=16, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+          router_aux_loss_coef=0.01, experts_implementation="eager")),
 ]
+MOE_AUX_F32_VS_F64_RTOL = 1e-5
 
 
 def check(cond, msg):
@@ -178,7 +190,7 @@ def _gemma_rotary_forward(self, x, position_ids, layer_type):
 @contextlib.contextmanager
 def true_f64(module, family):
     prefix = {"llama": "Llama", "mistral": "Mistral", "phi3": "Phi3", "qwen2": "Qwen2", "qwen3": "Qwen3",
-              "gemma2": "Gemma2", "gemma3": "Gemma3"}[family]
+              "gemma2": "Gemma2", "gemma3": "Gemma3", "qwen3_moe": "Qwen3Moe"}[family]
     norm_cls = getattr(module, f"{prefix}RMSNorm")
     rope_cls = getattr(module, f"{prefix}RotaryEmbedding")
     norm_forward = _gemma_norm_forward if family.startswith("gemma") else _rms_norm_forward
@@ -224,12 +236,39 @@ def grads_of_masked_sum(model, input_ids, attention_mask):
     return logprobs.detach(), entropy.detach(), mask, shifted.detach(), grads
 
 
+def balance_and_grads(model, input_ids, attention_mask):
+    """transformers' load-balancing loss (without its coefficient) over the
+    real tokens, and its gradient per parameter (zeros where none flows)."""
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_router_logits=True)
+    out.aux_loss.backward()
+    grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+             for n, p in model.named_parameters()}
+    return out.aux_loss.detach(), grads
+
+
+def grpo_names(grads, cfg):
+    """Gradients under grpo's parameter names: transformers 5 holds each
+    sparse layer's gate and up projections fused (`experts.gate_up_proj`,
+    gate rows first); grpo stacks them apart (`experts.gate_proj`, `experts.up_proj`)."""
+    out = {}
+    for n, g in grads.items():
+        if n.endswith("experts.gate_up_proj"):
+            half = cfg.moe_intermediate_size
+            stem = n[: -len("gate_up_proj")]
+            out[stem + "gate_proj"] = g[:, :half]
+            out[stem + "up_proj"] = g[:, half:]
+        else:
+            out[n] = g
+    return out
+
+
 def build(index, family, config_cls, model_cls, extra):
     torch.manual_seed(index)
     common = dict(COMMON)
     if family.startswith("gemma"):
         del common["hidden_act"]  # Gemma names it hidden_activation
-    config = config_cls(**common, **extra)
+    config = config_cls(**{**common, **extra})
     model = model_cls(config).to(torch.float32)
     # Gemma's norms scale by 1 + weight: the same scales as the others' weights.
     norm_mean = 0.0 if family.startswith("gemma") else 1.0
@@ -247,6 +286,26 @@ def build(index, family, config_cls, model_cls, extra):
     attention_mask[1, SEQ - PAD_TAIL:] = 0
     input_ids[1, SEQ - PAD_TAIL:] = PAD_ID
     return model, input_ids, attention_mask
+
+
+def hub_names(model):
+    """The tensors `save_pretrained` writes: the named parameters, with each
+    sparse layer's stacked experts split into one tensor per expert and
+    projection (`mlp.experts.E.gate_proj.weight`), as checkpoints on the Hub hold them."""
+    out = {}
+    for n, p in model.named_parameters():
+        p = p.detach()
+        if n.endswith("experts.gate_up_proj"):
+            gate, up = p.chunk(2, dim=1)
+            for e in range(p.shape[0]):
+                out[n.replace("gate_up_proj", f"{e}.gate_proj.weight")] = gate[e]
+                out[n.replace("gate_up_proj", f"{e}.up_proj.weight")] = up[e]
+        elif n.endswith("experts.down_proj"):
+            for e in range(p.shape[0]):
+                out[n.replace("down_proj", f"{e}.down_proj.weight")] = p[e]
+        else:
+            out[n] = p
+    return out
 
 
 def rel(a, b):
@@ -299,6 +358,18 @@ def make(index, family, config_cls, model_cls, module, extra):
         check(any(n.endswith("gate_up_proj.weight") for n in names), "phi3 fused gate/up")
     if family in ("mistral", "phi3"):
         check(cfg.sliding_window < SEQ - PAD_TAIL, f"{family} window narrower than every row")
+    if family == "qwen3_moe":
+        sparse = [type(layer.mlp).__name__ for layer in model.model.layers]
+        check(sparse == ["Qwen3MoeSparseMoeBlock", "Qwen3MoeMLP", "Qwen3MoeSparseMoeBlock"], f"sparse layers {sparse}")
+        check(model.config._experts_implementation == "eager", "experts run by the eager loop")
+        # Every expert is somebody's choice, and no token's top-2 is a near tie.
+        with torch.no_grad():
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, output_router_logits=True)
+        for logits in out.router_logits:
+            probs = logits.float().softmax(-1)
+            top = probs.topk(3, dim=-1).values
+            check(len(set(probs.topk(2, dim=-1).indices.flatten().tolist())) == cfg.num_experts, "every expert used")
+            check((top[:, 1] - top[:, 2]).min().item() > 1e-4, "no near tie at the top-k boundary")
 
     # f32, as the model runs.
     lp32, ent32, mask32, shifted32, g32 = grads_of_masked_sum(model, input_ids, attention_mask)
@@ -307,6 +378,15 @@ def make(index, family, config_cls, model_cls, module, extra):
     model64 = copy.deepcopy(model).to(torch.float64)
     with true_f64(module, family):
         lp64, ent64, mask64, shifted64, g64 = grads_of_masked_sum(model64, input_ids, attention_mask)
+    balance = None
+    if family == "qwen3_moe":
+        b32, gb32 = balance_and_grads(model, input_ids, attention_mask)
+        with true_f64(module, family):
+            b64, gb64 = balance_and_grads(model64, input_ids, attention_mask)
+        check(abs(b32.item() - b64.item()) <= MOE_AUX_F32_VS_F64_RTOL * b64.item(), "aux loss f32 vs f64")
+        check(b64.item() > 1.0, f"aux loss {b64.item()} above its balanced value 1")
+        balance = (b64, grpo_names(gb64, cfg))
+        check(gb64["model.layers.0.mlp.gate.weight"].norm() > 0, "the aux loss reaches the router")
 
     worst_grad = 0.0
     for n in names:
@@ -351,8 +431,12 @@ def make(index, family, config_cls, model_cls, module, extra):
         "mask": mask64.float().contiguous(),
         "entropy": ent64.float().contiguous(),
     }
-    for n in names:
-        tensors[f"grad.{n}"] = g64[n].float().contiguous()
+    for n, g in grpo_names(g64, cfg).items():
+        tensors[f"grad.{n}"] = g.float().contiguous()
+    if balance is not None:
+        tensors["balance"] = balance[0].float().reshape(1).contiguous()
+        for n, g in balance[1].items():
+            tensors[f"grad_balance.{n}"] = g.float().contiguous()
     # One metadata key: safetensors writes the metadata map in hash order, so
     # several keys would make the bytes differ from run to run.
     safetensors.torch.save_file(tensors, d / "expected.safetensors", metadata={
@@ -364,10 +448,12 @@ def make(index, family, config_cls, model_cls, module, extra):
     # directory with from_pretrained gives the same log-probabilities.
     with safetensors.safe_open(d / "model.safetensors", framework="pt") as f:
         saved = set(f.keys())
-        check(saved == set(names), f"{family} model.safetensors keys {sorted(saved ^ set(names))}")
-        for n, p in model.named_parameters():
-            check(torch.equal(f.get_tensor(n), p.detach()), f"{family} saved {n}")
-    reloaded = model_cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32).eval()
+        hub = hub_names(model)
+        check(saved == set(hub), f"{family} model.safetensors keys {sorted(saved ^ set(hub))}")
+        for n, t in hub.items():
+            check(torch.equal(f.get_tensor(n), t), f"{family} saved {n}")
+    eager = dict(experts_implementation="eager") if family == "qwen3_moe" else {}
+    reloaded = model_cls.from_pretrained(d, attn_implementation="eager", dtype=torch.float32, **eager).eval()
     with torch.no_grad():
         lp_re, _, _, _ = token_stats(reloaded, input_ids, attention_mask)
     check(torch.equal(lp_re, lp32), f"{family} reloaded model differs")
@@ -383,7 +469,7 @@ def make(index, family, config_cls, model_cls, module, extra):
         legacy["rope_theta"] = rope["rope_theta"]
         if rope["rope_type"] != "default":
             legacy["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-    legacy_cfg = config_cls.from_dict(legacy, attn_implementation="eager")
+    legacy_cfg = config_cls.from_dict(legacy, attn_implementation="eager", **eager)
     # Gemma 2's config adds a partial_rotary_factor of 1.0: the same rotation.
     def plain(rope):
         return {k: v for k, v in rope.items() if (k, v) != ("partial_rotary_factor", 1.0)}
@@ -410,7 +496,7 @@ def make(index, family, config_cls, model_cls, module, extra):
 
 
 README = """\
-# Parity fixtures: Gemma 2, Gemma 3, Llama, Mistral, Phi-3, Qwen2, Qwen3 against Hugging Face transformers
+# Parity fixtures: Gemma 2, Gemma 3, Llama, Mistral, Phi-3, Qwen2, Qwen3, Qwen3-MoE against Hugging Face transformers
 
 Generated by `tools/make_parity_fixtures.py`; regenerate from the repository
 root with
@@ -439,6 +525,7 @@ One directory per family, `model.save_pretrained(dir, safe_serialization=True)`
 | `mistral/` | `MistralForCausalLM` | 3 | 8 | no | none | default; `sliding_window` 5 |
 | `phi3/` | `Phi3ForCausalLM` | 4 | 8 | no | none; fused `qkv_proj` and `gate_up_proj` | default; `sliding_window` 7 |
 | `gemma3/` | `Gemma3ForCausalLM` | 5 | 8 (scores scaled by `query_pre_attn_scalar` 12) | yes | none (q_norm/k_norm; norms are offsets from 1, initialized 0.1 randn) | layer 0 sliding (window 4, base 10000), layer 1 global (base 100); GELU (tanh) |
+| `qwen3_moe/` | `Qwen3MoeForCausalLM` | 7 | 8 | no | none (q_norm/k_norm) | default; 3 layers: 0 and 2 sparse (4 experts of width 16, 2 per token, `norm_topk_prob`), 1 dense (`mlp_only_layers`); experts by transformers' eager loop |
 | `gemma2/` | `Gemma2ForCausalLM` | 6 | 8 (scores scaled by `query_pre_attn_scalar` 12) | yes | none (norms are offsets from 1, initialized 0.1 randn) | default (base 10000); layer 0 sliding (window 4), layer 1 global; attention scores soft-capped at 1, logits at 3 (each checked to change the log-probs); GELU (tanh) |
 
 Common: f32, vocab_size 128, hidden_size 32, intermediate_size 64,
@@ -485,7 +572,9 @@ With `logits` [2, 12, 128] the model output, `lsm = log_softmax(logits[:, :-1], 
 | `logprobs` | f32 | [2, 11] | `logprobs[b, t] = lsm[b, t, input_ids[b, t+1]]`; computed at every position, also where the target is padding (the consumer masks) |
 | `mask` | f32 | [2, 11] | `attention_mask[:, 1:]`: 1 everywhere except row 1, t = 7..10 |
 | `entropy` | f32 | [2, 11] | `-(exp(lsm) * lsm).sum(-1)`, entropy of `softmax(logits[b, t])`, every position |
-| `grad.<name>` | f32 | shape of the parameter | d/dp of `sum(logprobs * mask)` for every `(name, p)` in `model.named_parameters()` (HF names; qwen2's tied head appears once, as `grad.model.embed_tokens.weight`, and includes the head's contribution) |
+| `grad.<name>` | f32 | shape of the parameter | d/dp of `sum(logprobs * mask)` for every `(name, p)` in `model.named_parameters()` (HF names; qwen2's tied head appears once, as `grad.model.embed_tokens.weight`, and includes the head's contribution; qwen3_moe's fused `experts.gate_up_proj` [experts, 2·16, hidden] is written as grpo stacks it, `experts.gate_proj` and `experts.up_proj` [experts, 16, hidden], gate rows first) |
+| `balance` | f32 | [1] | qwen3_moe only: `model(..., output_router_logits=True).aux_loss`, transformers' `load_balancing_loss_func` over both sparse layers with the attention mask (no coefficient) |
+| `grad_balance.<name>` | f32 | shape of the parameter | qwen3_moe only: d/dp of `balance`, named as `grad.<name>` (zeros where none flows: the head, the last layer's attention) |
 
 Tensor metadata: one key, `generator` = "tools/make_parity_fixtures.py
 family=<family> transformers=<version> torch=<version>".
@@ -504,7 +593,9 @@ in f32 at construction). The script checks, and fails otherwise:
   (to 1e-6 in f32, 1e-12 in f64);
 - `mask` is exactly 0 at the padded targets (row 1, t = 7..10) and 1 elsewhere;
 - every gradient is non-zero; qwen2's q/k/v biases have no zeros;
-- `model.safetensors` holds exactly the named parameters, bit-equal, and
+- `model.safetensors` holds exactly the named parameters, bit-equal (qwen3_moe's
+  experts as the Hub holds them, one `mlp.experts.E.{{gate,up,down}}_proj.weight`
+  per expert), and
   `from_pretrained(dir)` reproduces the f32 logprobs bit for bit;
 - the legacy config layout above means the same model.
 

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use grpo_model::decoder::Decoder;
+use grpo_model::decoder::{Decoder, TokenScores};
 use grpo_xla::trace::{Graph, Mesh, Tensor};
 use grpo_xla::{Arg, Client, ElementType, Executable, ShardedBuffer, Sharding, TensorType};
 
@@ -21,8 +21,9 @@ use crate::error::Result;
 use crate::learner::in_dtype;
 
 /// Log-probs and entropies `[R·K, C]` of the `slots` (`K`) completion slots
-/// of `c` columns in token `ids` `[R, P + K·C]` with `attention`: one sample
-/// a row through [`Decoder::token_logprobs`], shared prompts through
+/// of `c` columns in token `ids` `[R, P + K·C]` with `attention` (and the
+/// sparse layers' load-balancing loss over the rows' real tokens): one
+/// sample a row through [`Decoder::token_logprobs`], shared prompts through
 /// [`Decoder::shared_prompt_logprobs`].
 pub fn completion_logprobs(
     decoder: &Decoder,
@@ -30,7 +31,7 @@ pub fn completion_logprobs(
     (ids, attention): (&Tensor, &Tensor),
     (slots, c): (i64, i64),
     temperature: f64,
-) -> grpo_xla::Result<(Tensor, Tensor)> {
+) -> grpo_xla::Result<TokenScores> {
     if slots == 1 {
         return decoder.token_logprobs(params, ids, attention, c, temperature);
     }
@@ -101,7 +102,7 @@ impl LogprobPrograms {
             let ids = graph.parameter(ElementType::S32, &[b, t])?;
             let attention = graph.parameter(ElementType::Pred, &[b, t])?;
             let slot_layout = (shape.slots as i64, c);
-            let (logprobs, _) = completion_logprobs(
+            let scores = completion_logprobs(
                 &self.decoder,
                 &tensors,
                 (&ids, &attention),
@@ -110,7 +111,9 @@ impl LogprobPrograms {
             )?;
             let rows = Sharding::split(0, self.mesh.size());
             layout.extend([rows.clone(), rows.clone()]);
-            let function = self.mesh.partition(graph.build(&[&logprobs])?, layout, vec![rows])?;
+            let function = self
+                .mesh
+                .partition(graph.build(&[&scores.logprobs])?, layout, vec![rows])?;
             let program = function.compile(&self.client)?;
             self.programs.insert(shape, program);
         }

@@ -145,6 +145,10 @@ pub struct StepReport {
     /// the rollout engine's log-probs are from the learner's (TRL's name).
     #[serde(rename = "sampling/sampling_logp_difference/mean")]
     pub sampling_logp_difference: f64,
+    /// The sparse layers' load-balancing loss, without its coefficient
+    /// (transformers' `aux_loss`; absent unless the step adds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aux_loss: Option<f32>,
     /// Seconds generating, scoring, training and syncing weights.
     pub time_generation: f64,
     /// See `time_generation`.
@@ -524,6 +528,7 @@ impl Task for GrpoTask {
             clip_ratio_region: per_token(metrics.metrics[0] + metrics.metrics[1]),
             kl: per_token(metrics.metrics[2]),
             sampling_logp_difference: per_token(metrics.metrics[4]),
+            aux_loss: learner.balance_loss(&metrics),
             trained_samples: rollouts.len(),
             time_generation: collected.time_generation,
             time_reward: collected.time_reward,

@@ -164,22 +164,36 @@ impl<O: Objective> Learner<O> {
         } else {
             Vec::new()
         };
+        let share = if self.decoder.router_aux_loss_coef() > 0.0 {
+            let share = 1.0 / micro_batches.len().max(1) as f32;
+            Some(crate::batch::batch_input(&self.client, &self.mesh, &[share], &[])?)
+        } else {
+            None
+        };
         let inputs: Vec<Vec<&ShardedBuffer>> = micro_batches
             .iter()
             .enumerate()
-            .map(|(i, m)| m.iter().chain(draws.get(i)).collect())
+            .map(|(i, m)| m.iter().chain(draws.get(i)).chain(share.as_ref()).collect())
             .collect();
         Ok(self.steps[&key].step(&mut self.state, &inputs, lr)?)
     }
 
     /// Traces the objective's loss for micro-batches of `shape` and
-    /// compiles its train step on the mesh (with adapter dropout, each
-    /// micro-batch's inputs end with its masks' draw number).
+    /// compiles its train step on the mesh. With adapter dropout, each
+    /// micro-batch's inputs end with its masks' draw number; with the
+    /// load-balancing loss, then with its share of the batch (`1/M` of `M`
+    /// micro-batches): the loss adds `coef · share · balance`, as
+    /// transformers adds `coef · balance` to each micro-batch's loss before
+    /// averaging, and the last metric is `share · balance`.
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
         let dropout = self.decoder.adapter_dropout() > 0.0;
+        let coef = self.decoder.router_aux_loss_coef();
         let mut batch = self.objective.batch_types(shape);
         if dropout {
             batch.push(TensorType::new(ElementType::U32, []));
+        }
+        if coef > 0.0 {
+            batch.push(TensorType::new(ElementType::F32, []));
         }
         let spec = TrainStepSpec {
             params: types(trained_specs(&self.decoder), ElementType::F32),
@@ -192,6 +206,10 @@ impl<O: Objective> Learner<O> {
         let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
             let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();
             let mut params = in_dtype(&all, self.optimization.compute)?;
+            let (batch, share) = match (coef > 0.0, batch.split_last()) {
+                (true, Some((share, inputs))) => (inputs, Some(share)),
+                _ => (batch, None),
+            };
             let batch = match (dropout, batch.split_last()) {
                 (true, Some((draw, inputs))) => {
                     params.push(draw.clone());
@@ -199,7 +217,14 @@ impl<O: Objective> Learner<O> {
                 }
                 _ => batch,
             };
-            self.objective.loss(&self.decoder, &params, batch)
+            let traced = self.objective.loss(&self.decoder, &params, batch)?;
+            let (mut loss, mut metrics) = (traced.loss, traced.metrics);
+            if let (Some(share), Some(balance)) = (share, traced.balance) {
+                let part = balance.mul(share)?;
+                loss = loss.add(&part.mul_scalar(coef)?)?;
+                metrics.push(part.stop_gradient()?);
+            }
+            Ok((loss, metrics))
         };
         Ok(TrainStep::compile(&self.client, &spec, &self.mesh, loss)?)
     }
@@ -220,6 +245,14 @@ impl<O: Objective> Learner<O> {
         let params: Vec<&Buffer> = self.policy().iter().map(|p| &p.shards()[0]).collect();
         let copy = self.engine_copy.as_ref().expect("compiled above");
         copy.run(&params).map(Some)
+    }
+
+    /// The load-balancing loss of a step's metrics (its mean over the
+    /// micro-batches, without the coefficient), when the step adds it.
+    pub fn balance_loss(&self, metrics: &StepMetrics) -> Option<f32> {
+        (self.decoder.router_aux_loss_coef() > 0.0)
+            .then(|| metrics.metrics.last().copied())
+            .flatten()
     }
 
     /// Train-step programs compiled so far (one per micro-batch shape and accumulation).

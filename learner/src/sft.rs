@@ -251,6 +251,10 @@ pub struct SftReport {
     pub learning_rate: f64,
     /// Completion tokens trained on.
     pub tokens: usize,
+    /// The sparse layers' load-balancing loss, without its coefficient
+    /// (transformers' `aux_loss`; absent unless the step adds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aux_loss: Option<f32>,
 }
 
 /// The mean NLL of held-out pairs.
@@ -356,6 +360,7 @@ impl Task for SftTask {
             grad_norm: metrics.grad_norm,
             learning_rate: lr,
             tokens: batch.tokens,
+            aux_loss: learner.balance_loss(&metrics),
         };
         Ok(StepRecord {
             step: step + 1,

@@ -1,7 +1,8 @@
 //! Model configuration read from a Hugging Face `config.json`.
 //!
-//! Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and Gemma 3 share one
-//! decoder; the differences are data here: q/k/v biases (Qwen2, or Llama's
+//! Llama, Mistral, Phi-3, Qwen2, Qwen3, Qwen3-MoE, Gemma 2 and Gemma 3
+//! share one decoder; the differences are data here: Qwen3-MoE's sparse
+//! MLP layers ([`Experts`]), q/k/v biases (Qwen2, or Llama's
 //! `attention_bias`), per-head q/k RMS norms (Qwen3, Gemma 3), fused q/k/v
 //! and gate/up projections (Phi-3), Gemma's style ([`GemmaStyle`]: Gemma 2's
 //! soft-capped attention scores and logits among it),
@@ -29,6 +30,8 @@ pub enum Family {
     Qwen2,
     /// `Qwen3ForCausalLM`.
     Qwen3,
+    /// `Qwen3MoeForCausalLM` (Qwen3-30B-A3B, Qwen3-235B-A22B).
+    Qwen3Moe,
     /// `MistralForCausalLM` (Mistral 7B, Ministral).
     Mistral,
     /// `Phi3ForCausalLM` (Phi-3, Phi-3.5 and Phi-4 mini).
@@ -59,8 +62,33 @@ pub struct GemmaStyle {
     pub final_softcap: Option<f64>,
 }
 
+/// Qwen3-MoE's sparse MLP (`Qwen3MoeSparseMoeBlock`): a router picks
+/// `top_k` of `count` SwiGLU experts for each token (softmax over the
+/// experts, the `top_k` most probable, their probabilities renormalized to
+/// sum to 1 when `normalize_top_k`), and the token's MLP output is the
+/// experts' outputs weighted by them. Layers listed dense keep the plain MLP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Experts {
+    /// Experts per sparse layer (`num_experts`).
+    pub count: usize,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Width of each expert's SwiGLU hidden layer (`moe_intermediate_size`).
+    pub intermediate_size: usize,
+    /// Whether the chosen experts' probabilities are divided by their sum (`norm_topk_prob`).
+    pub normalize_top_k: bool,
+    /// Per layer, whether its MLP is sparse: every `decoder_sparse_step`-th
+    /// layer not in `mlp_only_layers`.
+    pub sparse_layers: Vec<bool>,
+    /// The load-balancing loss's coefficient in training (`router_aux_loss_coef`).
+    pub router_aux_loss_coef: f64,
+    /// Whether training adds the load-balancing loss (`output_router_logits`,
+    /// as transformers adds it only then).
+    pub output_router_logits: bool,
+}
+
 /// Every family, in the order errors list them.
-const FAMILIES: [Family; 7] = [
+const FAMILIES: [Family; 8] = [
     Family::Gemma2,
     Family::Gemma3,
     Family::Llama,
@@ -68,6 +96,7 @@ const FAMILIES: [Family; 7] = [
     Family::Phi3,
     Family::Qwen2,
     Family::Qwen3,
+    Family::Qwen3Moe,
 ];
 
 impl Family {
@@ -77,6 +106,7 @@ impl Family {
             Family::Llama => "LlamaForCausalLM",
             Family::Qwen2 => "Qwen2ForCausalLM",
             Family::Qwen3 => "Qwen3ForCausalLM",
+            Family::Qwen3Moe => "Qwen3MoeForCausalLM",
             Family::Mistral => "MistralForCausalLM",
             Family::Phi3 => "Phi3ForCausalLM",
             Family::Gemma2 => "Gemma2ForCausalLM",
@@ -90,6 +120,7 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3_moe",
             Family::Mistral => "mistral",
             Family::Phi3 => "phi3",
             Family::Gemma2 => "gemma2",
@@ -164,6 +195,8 @@ pub struct ModelConfig {
     pub sliding_layers: Vec<bool>,
     /// Gemma's differences, for Gemma 2 and 3.
     pub gemma: Option<GemmaStyle>,
+    /// The sparse MLP layers' experts (Qwen3-MoE with experts).
+    pub experts: Option<Experts>,
     /// Whether q/k/v come from one `qkv_proj` and gate/up from one
     /// `gate_up_proj` (Phi-3).
     pub fused_projections: bool,
@@ -217,6 +250,16 @@ struct RawConfig {
     rope_local_base_freq: Option<f64>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<Value>,
+    /// transformers ≥ 5 writes `num_local_experts` instead.
+    num_experts: Option<usize>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    norm_topk_prob: Option<bool>,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
+    router_aux_loss_coef: Option<f64>,
+    output_router_logits: Option<bool>,
 }
 
 fn unsupported(field: &str, message: impl Into<String>) -> Error {
@@ -279,7 +322,7 @@ impl ModelConfig {
         // Qwen2 and Qwen3 write a window they do not use (`use_sliding_window` false).
         let sliding_window = match family {
             Family::Mistral | Family::Phi3 | Family::Gemma2 | Family::Gemma3 => raw.sliding_window,
-            Family::Llama | Family::Qwen2 | Family::Qwen3 => None,
+            Family::Llama | Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => None,
         };
         if sliding_window == Some(0) {
             return Err(unsupported("sliding_window", "a window of 0 tokens sees nothing"));
@@ -304,7 +347,7 @@ impl ModelConfig {
         }
         let qkv_bias = match family {
             Family::Qwen2 => true,
-            Family::Llama | Family::Qwen3 => raw.attention_bias.unwrap_or(false),
+            Family::Llama | Family::Qwen3 | Family::Qwen3Moe => raw.attention_bias.unwrap_or(false),
             Family::Mistral | Family::Phi3 => false,
             Family::Gemma2 | Family::Gemma3 => {
                 if raw.attention_bias == Some(true) {
@@ -352,13 +395,21 @@ impl ModelConfig {
             sliding_window,
             sliding_layers,
             gemma,
+            experts: experts(family, &raw)?,
             fused_projections: family == Family::Phi3,
             tie_embeddings: raw.tie_word_embeddings,
             qkv_bias,
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3),
             bos_token_id: raw.bos_token_id,
             eos_token_ids: token_ids(raw.eos_token_id.as_ref())?,
         })
+    }
+
+    /// The experts of layer `layer`'s MLP, when it is sparse.
+    pub fn experts_of(&self, layer: usize) -> Option<&Experts> {
+        self.experts
+            .as_ref()
+            .filter(|e| e.sparse_layers.get(layer).copied().unwrap_or(false))
     }
 
     /// Whether layer `layer` attends through the sliding window.
@@ -464,6 +515,27 @@ impl ModelConfig {
         ) {
             json["sliding_window"] = self.sliding_window.into();
         }
+        if self.family == Family::Qwen3Moe {
+            json["attention_bias"] = Value::Bool(self.qkv_bias);
+            json["use_sliding_window"] = Value::Bool(false);
+            let object = json.as_object_mut().expect("an object");
+            match &self.experts {
+                Some(e) => {
+                    let dense: Vec<usize> = (0..self.layers).filter(|&l| !e.sparse_layers[l]).collect();
+                    object.insert("num_experts".into(), e.count.into());
+                    object.insert("num_experts_per_tok".into(), e.top_k.into());
+                    object.insert("moe_intermediate_size".into(), e.intermediate_size.into());
+                    object.insert("norm_topk_prob".into(), e.normalize_top_k.into());
+                    object.insert("decoder_sparse_step".into(), 1.into());
+                    object.insert("mlp_only_layers".into(), dense.into());
+                    object.insert("router_aux_loss_coef".into(), e.router_aux_loss_coef.into());
+                    object.insert("output_router_logits".into(), e.output_router_logits.into());
+                }
+                None => {
+                    object.insert("num_experts".into(), 0.into());
+                }
+            }
+        }
         if let Some(g) = self.gemma {
             let object = json.as_object_mut().expect("an object");
             object.remove("hidden_act");
@@ -514,6 +586,61 @@ fn family_of(raw: &RawConfig) -> Result<Family> {
             ),
         )
     })
+}
+
+/// Qwen3-MoE's experts from its config fields (`None` for the other
+/// families, and for a Qwen3-MoE whose every layer is dense); the fields
+/// are checked to describe a router that can pick its experts.
+fn experts(family: Family, raw: &RawConfig) -> Result<Option<Experts>> {
+    if family != Family::Qwen3Moe {
+        return Ok(None);
+    }
+    // transformers' Qwen3MoeConfig defaults for fields a config leaves out.
+    let count = raw.num_experts.or(raw.num_local_experts).unwrap_or(128);
+    let step = raw.decoder_sparse_step.unwrap_or(1);
+    if step == 0 {
+        return Err(unsupported("decoder_sparse_step", "must be at least 1"));
+    }
+    let dense = raw.mlp_only_layers.clone().unwrap_or_default();
+    if let Some(&layer) = dense.iter().find(|&&l| l >= raw.num_hidden_layers) {
+        return Err(unsupported(
+            "mlp_only_layers",
+            format!("layer {layer} is not one of the {} layers", raw.num_hidden_layers),
+        ));
+    }
+    let sparse_layers: Vec<bool> = (0..raw.num_hidden_layers)
+        .map(|l| count > 0 && !dense.contains(&l) && (l + 1) % step == 0)
+        .collect();
+    if !sparse_layers.contains(&true) {
+        return Ok(None);
+    }
+    let top_k = raw.num_experts_per_tok.unwrap_or(8);
+    if top_k == 0 || top_k > count {
+        return Err(unsupported(
+            "num_experts_per_tok",
+            format!("{top_k} must be between 1 and the {count} experts"),
+        ));
+    }
+    let intermediate_size = raw.moe_intermediate_size.unwrap_or(768);
+    if intermediate_size == 0 {
+        return Err(unsupported("moe_intermediate_size", "must be at least 1"));
+    }
+    let router_aux_loss_coef = raw.router_aux_loss_coef.unwrap_or(0.001);
+    if !(router_aux_loss_coef.is_finite() && router_aux_loss_coef >= 0.0) {
+        return Err(unsupported(
+            "router_aux_loss_coef",
+            format!("{router_aux_loss_coef} must be a finite number ≥ 0"),
+        ));
+    }
+    Ok(Some(Experts {
+        count,
+        top_k,
+        intermediate_size,
+        normalize_top_k: raw.norm_topk_prob.unwrap_or(false),
+        sparse_layers,
+        router_aux_loss_coef,
+        output_router_logits: raw.output_router_logits.unwrap_or(false),
+    }))
 }
 
 /// `1 / theta^(2i / dim)` for each pair of `dim` head dimensions, in f32 as transformers computes it.
@@ -800,6 +927,80 @@ mod tests {
             changed[field] = value;
             let error = ModelConfig::from_json(&changed.to_string()).unwrap_err().to_string();
             assert!(error.contains(field), "{field}: {error}");
+        }
+    }
+
+    /// Qwen3-30B-A3B's config.json (the Hub's field names).
+    const QWEN3_MOE: &str = r#"{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 40960, "tie_word_embeddings": false,
+        "hidden_act": "silu", "attention_bias": false, "use_sliding_window": false, "sliding_window": null,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": true,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
+        "output_router_logits": false, "bos_token_id": 151643, "eos_token_id": 151645}"#;
+
+    #[test]
+    fn reads_qwen3_moe_experts_and_back() {
+        let c = ModelConfig::from_json(QWEN3_MOE).unwrap();
+        let e = c.experts.clone().unwrap();
+        assert_eq!((e.count, e.top_k, e.intermediate_size), (128, 8, 768));
+        assert!(e.normalize_top_k && !e.output_router_logits && c.qk_norm);
+        assert!(c.experts_of(0).is_some() && c.experts_of(47).is_some());
+        assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
+        // transformers 5 writes num_local_experts; every other layer sparse, layer 1 dense.
+        let mixed = QWEN3_MOE
+            .replace("\"num_experts\"", "\"num_local_experts\"")
+            .replace("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2")
+            .replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": [3]");
+        let c = ModelConfig::from_json(&mixed).unwrap();
+        let sparse: Vec<bool> = (0..6).map(|l| c.experts_of(l).is_some()).collect();
+        assert_eq!(sparse, [false, true, false, false, false, true]);
+        assert_eq!(ModelConfig::from_json(&c.to_hf_json().to_string()).unwrap(), c);
+        // No experts at all: the plain MLP everywhere.
+        let dense = QWEN3_MOE.replace("\"num_experts\": 128", "\"num_experts\": 0");
+        assert_eq!(ModelConfig::from_json(&dense).unwrap().experts, None);
+        for (from, to, field) in [
+            (
+                "\"num_experts_per_tok\": 8",
+                "\"num_experts_per_tok\": 129",
+                "num_experts_per_tok",
+            ),
+            (
+                "\"num_experts_per_tok\": 8",
+                "\"num_experts_per_tok\": 0",
+                "num_experts_per_tok",
+            ),
+            (
+                "\"decoder_sparse_step\": 1",
+                "\"decoder_sparse_step\": 0",
+                "decoder_sparse_step",
+            ),
+            (
+                "\"mlp_only_layers\": []",
+                "\"mlp_only_layers\": [48]",
+                "mlp_only_layers",
+            ),
+            (
+                "\"moe_intermediate_size\": 768",
+                "\"moe_intermediate_size\": 0",
+                "moe_intermediate_size",
+            ),
+            (
+                "\"router_aux_loss_coef\": 0.001",
+                "\"router_aux_loss_coef\": -1",
+                "router_aux_loss_coef",
+            ),
+            (
+                "\"use_sliding_window\": false",
+                "\"use_sliding_window\": true",
+                "use_sliding_window",
+            ),
+        ] {
+            let error = ModelConfig::from_json(&QWEN3_MOE.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(field), "{to}: {error}");
         }
     }
 

@@ -2,7 +2,7 @@
 //! code, following transformers' eager implementation: RMSNorm,
 //! grouped-query attention with rotate-half RoPE, SwiGLU, residuals; q/k/v
 //! biases, per-head q/k norms and fused projections where the config asks
-//! for them.
+//! for them, and Qwen3-MoE's sparse MLP layers ([`crate::moe`]).
 //!
 //! Attention takes its keys and values as tensors with a key mask, so the
 //! same block serves training (keys = this sequence) and generation (keys =
@@ -21,6 +21,7 @@ use grpo_xla::{ElementType, Result, TensorType};
 
 use crate::config::ModelConfig;
 use crate::lora::{LoraConfig, adapter_parameters};
+use crate::moe::{Balance, ExpertProduct, ExpertWeights, Routing, route, sparse_mlp};
 use crate::names::{ParamSpec, parameters};
 
 /// A decoder: its config and parameter layout (the base model's, then its
@@ -35,6 +36,8 @@ pub struct Decoder {
     /// Whether a training forward rematerializes each layer in the backward
     /// pass ([`Decoder::with_layer_checkpoints`]).
     checkpoint_layers: bool,
+    /// How sparse layers multiply tokens by experts ([`Decoder::with_expert_product`]).
+    expert_product: ExpertProduct,
 }
 
 /// The LoRA adapters of a decoder.
@@ -60,6 +63,19 @@ struct AdapterDropout {
 
 /// Most tokens whose logits exist at once in [`Decoder::token_logprobs`].
 pub const HEAD_CHUNK: i64 = 256;
+
+/// What a scoring forward gives: per-token log-probs and entropies, and
+/// for a model with sparse layers the load-balancing loss of its routing
+/// over the real tokens ([`Balance`]).
+pub struct TokenScores {
+    /// Log-probabilities of the scored tokens (f32).
+    pub logprobs: Tensor,
+    /// Entropies of their distributions (f32).
+    pub entropy: Tensor,
+    /// transformers' `load_balancing_loss_func` (without its coefficient)
+    /// over every sparse layer; `None` without sparse layers.
+    pub balance: Option<Tensor>,
+}
 
 /// The parameters of one forward, as traced tensors in [`Decoder::parameters`] order.
 pub struct Weights<'a> {
@@ -166,7 +182,7 @@ fn checkpointed_layer(
     x: &Tensor,
     (cos, sin): (&Tensor, &Tensor),
     allowed: &Tensor,
-) -> Result<Tensor> {
+) -> Result<(Tensor, Option<Routing>)> {
     let prefix = format!("model.layers.{layer}.");
     let own: Vec<usize> = (0..w.tensors.len())
         .filter(|&i| w.specs[i].name.starts_with(&prefix))
@@ -177,7 +193,7 @@ fn checkpointed_layer(
     let (columns, draw) = (w.columns.is_some(), w.draw.is_some());
     inputs.extend(w.columns.iter().chain(&w.draw));
     let decoder = Rc::clone(decoder);
-    let mut out = rematerialized("decoder_layer", &inputs, move |p| {
+    let out = rematerialized("decoder_layer", &inputs, move |p| {
         let (fixed, rest) = p.split_at(4);
         let (params, extra) = rest.split_at(specs.len());
         let mut extra = extra.iter();
@@ -188,15 +204,24 @@ fn checkpointed_layer(
             draw: if draw { extra.next() } else { None },
         };
         let attend = |q, k, v| decoder.attend(&q, &k, &v, &fixed[3]);
-        Ok(vec![decoder.layer(
-            &w,
-            layer,
-            &fixed[0],
-            (&fixed[1], &fixed[2]),
-            attend,
-        )?])
+        let (x, routing) = decoder.layer(&w, layer, &fixed[0], (&fixed[1], &fixed[2]), attend)?;
+        let mut out = vec![x];
+        if let Some(r) = routing {
+            out.extend([r.probs, r.experts, r.weights]);
+        }
+        Ok(out)
     })?;
-    Ok(out.remove(0))
+    let mut out = out.into_iter();
+    let x = out.next().expect("the layer's output");
+    let routing = match (out.next(), out.next(), out.next()) {
+        (Some(probs), Some(experts), Some(weights)) => Some(Routing {
+            probs,
+            experts,
+            weights,
+        }),
+        _ => None,
+    };
+    Ok((x, routing))
 }
 
 /// Which key each query may see in self-attention over one sequence:
@@ -290,6 +315,40 @@ fn drop_values(x: &Tensor, dropout: AdapterDropout, index: usize, draw: &Tensor)
     kept.select(&scaled, &x.zeros_like()?)
 }
 
+/// The load-balancing loss of `routings` (one per sparse layer, over the
+/// `[B, T]` tokens) over the real tokens of `mask`; `None` without sparse layers.
+fn balance(routings: &[Routing], mask: &Tensor) -> Result<Option<Tensor>> {
+    let real = mask.reshape(&[mask.dims().iter().product()])?;
+    let mut total: Option<Balance> = None;
+    for routing in routings {
+        let layer = Balance::of(routing, &real)?;
+        total = Some(match total {
+            Some(sum) => sum.add(&layer)?,
+            None => layer,
+        });
+    }
+    total.map(|t| t.loss()).transpose()
+}
+
+/// The chosen experts of `routings` (one per sparse layer, over tokens of
+/// shape `dims` `[B, T]`) as `[layers, B, T, k]`.
+fn stacked_choices(routings: &[Routing], dims: &[i64]) -> Result<Tensor> {
+    let choices = routings
+        .iter()
+        .map(|r| {
+            let k = r.experts.dims()[1];
+            r.experts.reshape(&[1, dims[0], dims[1], k])
+        })
+        .collect::<Result<Vec<Tensor>>>()?;
+    if choices.is_empty() {
+        return Err(grpo_xla::Error::Trace {
+            op: "expert_choices",
+            message: "the model has no sparse layers".to_string(),
+        });
+    }
+    Tensor::concatenate(&choices.iter().collect::<Vec<_>>(), 0)
+}
+
 /// `dims` with the last axis of size 1.
 fn keep_last(dims: &[i64]) -> Vec<i64> {
     let mut kept = dims.to_vec();
@@ -309,7 +368,49 @@ impl Decoder {
             params,
             adapters: None,
             checkpoint_layers: false,
+            expert_product: ExpertProduct::Auto,
         }
+    }
+
+    /// The coefficient of the load-balancing loss a train step adds for the
+    /// sparse layers: the config's `router_aux_loss_coef` when it sets
+    /// `output_router_logits` (transformers adds the loss only then), else 0.
+    pub fn router_aux_loss_coef(&self) -> f64 {
+        self.config
+            .experts
+            .as_ref()
+            .filter(|e| e.output_router_logits)
+            .map_or(0.0, |e| e.router_aux_loss_coef)
+    }
+
+    /// The same decoder with a train step adding the load-balancing loss
+    /// times `coef` (0: not at all); a model without sparse layers, or a
+    /// coefficient that is negative or not finite, is refused.
+    pub fn with_router_aux_loss_coef(mut self, coef: f64) -> crate::Result<Decoder> {
+        let bad = |message: String| crate::Error::Config {
+            field: "trainer.router_aux_loss_coef".to_string(),
+            message,
+        };
+        if !(coef.is_finite() && coef >= 0.0) {
+            return Err(bad(format!("{coef} must be a finite number ≥ 0")));
+        }
+        let Some(experts) = self.config.experts.as_mut() else {
+            return Err(bad(format!(
+                "the {} model has no sparse (mixture-of-experts) layers to balance",
+                self.config.family.architecture()
+            )));
+        };
+        experts.router_aux_loss_coef = coef;
+        experts.output_router_logits = coef > 0.0;
+        Ok(self)
+    }
+
+    /// The same decoder whose sparse layers multiply tokens by their
+    /// experts as `product` says (by default the cheaper way for each
+    /// shape); the values are the same up to rounding.
+    pub fn with_expert_product(mut self, product: ExpertProduct) -> Decoder {
+        self.expert_product = product;
+        self
     }
 
     /// The same decoder whose scoring forwards ([`Decoder::token_logprobs`],
@@ -413,7 +514,7 @@ impl Decoder {
 
     /// The same decoder without adapters (the frozen base of an adapted one).
     pub fn base(&self) -> Decoder {
-        Decoder::new(self.config.clone())
+        Decoder::new(self.config.clone()).with_expert_product(self.expert_product)
     }
 
     /// Its LoRA settings, when it has adapters.
@@ -574,7 +675,7 @@ impl Decoder {
     /// attends to the real tokens at or before it.
     pub fn logits(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let masks = Masks::new(&self.config, causal_mask(mask)?, positions, positions)?;
-        let hidden = self.masked_forward(tensors, ids, positions, &masks)?;
+        let (hidden, _) = self.masked_forward(tensors, ids, positions, &masks)?;
         self.head(tensors, &hidden)
     }
 
@@ -623,8 +724,39 @@ impl Decoder {
         cache: &[Tensor],
         window: i64,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        let (hidden, updated) = self.cached_forward(tensors, ids, positions, CacheRows::First, cache, window)?;
+        let (hidden, updated, _) = self.cached_forward(tensors, ids, positions, CacheRows::First, cache, window)?;
         Ok((self.head(tensors, &hidden)?, updated))
+    }
+
+    /// [`Decoder::logits_with_cache`] with the experts each token is routed
+    /// to by every sparse layer, `[sparse layers, B, T, k]` (s32), as the
+    /// engine's programs route it — to compare with a scoring forward's
+    /// routing ([`Decoder::expert_choices`]). A model without sparse layers
+    /// is refused.
+    pub fn routed_logits_with_cache(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        cache: &[Tensor],
+        window: i64,
+    ) -> Result<(Tensor, Vec<Tensor>, Tensor)> {
+        let (hidden, updated, routings) =
+            self.cached_forward(tensors, ids, positions, CacheRows::First, cache, window)?;
+        let choices = stacked_choices(&routings, ids.dims())?;
+        Ok((self.head(tensors, &hidden)?, updated, choices))
+    }
+
+    /// The experts each token of `ids` `[B, T]` (real where `mask`) is
+    /// routed to by every sparse layer in a scoring forward
+    /// ([`Decoder::token_logprobs`]'s), `[sparse layers, B, T, k]` (s32).
+    /// A model without sparse layers is refused.
+    pub fn expert_choices(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
+        let positions = ones.cumsum(1, false)?.sub(&ones)?;
+        let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
+        let (_, routings) = self.masked_forward(tensors, ids, &positions, &masks)?;
+        stacked_choices(&routings, ids.dims())
     }
 
     /// The cache with the keys and values of `ids` `[B, T]` at `positions`
@@ -641,13 +773,13 @@ impl Decoder {
         cache: &[Tensor],
         window: i64,
     ) -> Result<Vec<Tensor>> {
-        let (_, updated) = self.cached_forward(tensors, ids, positions, CacheRows::Chosen(rows), cache, window)?;
+        let (_, updated, _) = self.cached_forward(tensors, ids, positions, CacheRows::Chosen(rows), cache, window)?;
         Ok(updated)
     }
 
-    /// The decoder stack over a KV cache: the final hidden states of `ids`
-    /// and the cache with their keys and values written (see
-    /// [`Decoder::logits_with_cache`]).
+    /// The decoder stack over a KV cache: the final hidden states of `ids`,
+    /// the cache with their keys and values written (see
+    /// [`Decoder::logits_with_cache`]) and the sparse layers' routings.
     fn cached_forward(
         &self,
         tensors: &[Tensor],
@@ -656,7 +788,7 @@ impl Decoder {
         rows: CacheRows<'_>,
         cache: &[Tensor],
         window: i64,
-    ) -> Result<(Tensor, Vec<Tensor>)> {
+    ) -> Result<(Tensor, Vec<Tensor>, Vec<Routing>)> {
         let graph = ids.graph();
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let visible = graph.iota(ElementType::S32, &[1, window], 1)?;
@@ -682,7 +814,7 @@ impl Decoder {
             }
         };
         let mut updated = Vec::with_capacity(cache.len());
-        let hidden = self.forward(tensors, ids, positions, |layer, q, k, v| {
+        let (hidden, routings) = self.forward(tensors, ids, positions, |layer, q, k, v| {
             let k = write_positions(&cache[2 * layer], &k, &row_ids, positions)?;
             let v = write_positions(&cache[2 * layer + 1], &v, &row_ids, positions)?;
             let context = self.attend(&q, &read(&k)?, &read(&v)?, masks.of(&self.config, layer))?;
@@ -690,7 +822,7 @@ impl Decoder {
             updated.push(v);
             Ok(context)
         })?;
-        Ok((hidden, updated))
+        Ok((hidden, updated, routings))
     }
 
     /// The keys and values (per layer, keys then values, each `[B, kv, T,
@@ -714,16 +846,16 @@ impl Decoder {
         Ok(kv)
     }
 
-    /// The decoder stack up to the final norm; `attend(layer, q, k, v)`
-    /// turns the rotated queries, keys and values of a layer into its
-    /// attention context `[B, heads, T, head_dim]`.
+    /// The decoder stack up to the final norm, with the sparse layers'
+    /// routings; `attend(layer, q, k, v)` turns the rotated queries, keys
+    /// and values of a layer into its attention context `[B, heads, T, head_dim]`.
     fn forward(
         &self,
         tensors: &[Tensor],
         ids: &Tensor,
         positions: &Tensor,
         mut attend: impl FnMut(usize, Tensor, Tensor, Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Vec<Routing>)> {
         self.stack(tensors, ids, positions, |w, layer, x, rotary| {
             self.layer(w, layer, x, rotary, |q, k, v| attend(layer, q, k, v))
         })
@@ -732,7 +864,13 @@ impl Decoder {
     /// [`Decoder::forward`] attending within `masks`; with
     /// [`Decoder::with_layer_checkpoints`], each layer keeps only its input
     /// for the backward pass and is computed again there.
-    fn masked_forward(&self, tensors: &[Tensor], ids: &Tensor, positions: &Tensor, masks: &Masks) -> Result<Tensor> {
+    fn masked_forward(
+        &self,
+        tensors: &[Tensor],
+        ids: &Tensor,
+        positions: &Tensor,
+        masks: &Masks,
+    ) -> Result<(Tensor, Vec<Routing>)> {
         let c = &self.config;
         if !self.checkpoint_layers {
             return self.forward(tensors, ids, positions, |layer, q, k, v| {
@@ -746,20 +884,24 @@ impl Decoder {
     }
 
     /// The embeddings of `ids`, each layer's `layer(weights, index, x,
-    /// rotary tables)` in turn, then the final norm.
+    /// rotary tables)` in turn, then the final norm; with the sparse
+    /// layers' routings in layer order.
     fn stack(
         &self,
         tensors: &[Tensor],
         ids: &Tensor,
         positions: &Tensor,
-        mut layer: impl FnMut(&Weights<'_>, usize, &Tensor, (&Tensor, &Tensor)) -> Result<Tensor>,
-    ) -> Result<Tensor> {
+        mut layer: impl FnMut(&Weights<'_>, usize, &Tensor, (&Tensor, &Tensor)) -> Result<(Tensor, Option<Routing>)>,
+    ) -> Result<(Tensor, Vec<Routing>)> {
         let w = self.weights(tensors);
         let (mut x, rotary) = self.embed(&w, ids, positions)?;
+        let mut routings = Vec::new();
         for index in 0..self.config.layers {
-            x = layer(&w, index, &x, rotary.of(&self.config, index))?;
+            let (next, routing) = layer(&w, index, &x, rotary.of(&self.config, index))?;
+            x = next;
+            routings.extend(routing);
         }
-        self.norm(&x, w.get("model.norm.weight")?)
+        Ok((self.norm(&x, w.get("model.norm.weight")?)?, routings))
     }
 
     /// The scaled token embeddings of `ids` and the rotary tables of `positions`.
@@ -781,7 +923,8 @@ impl Decoder {
     }
 
     /// Decoder layer `layer` on the residual stream `x` `[B, T, hidden]`,
-    /// rotating by `(cos, sin)`; `attend(q, k, v)` gives its attention context.
+    /// rotating by `(cos, sin)`; `attend(q, k, v)` gives its attention
+    /// context. A sparse layer also returns its tokens' routing.
     fn layer(
         &self,
         w: &Weights<'_>,
@@ -789,7 +932,7 @@ impl Decoder {
         x: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
         attend: impl FnOnce(Tensor, Tensor, Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Option<Routing>)> {
         let c = &self.config;
         let (b, t) = (x.dims()[0], x.dims()[1]);
         let (hd, heads, kv) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
@@ -838,6 +981,17 @@ impl Decoder {
             let h = self.norm(&x, p("post_attention_layernorm.weight")?)?;
             (x, h)
         };
+        if let Some(experts) = c.experts_of(layer) {
+            let tokens = h.reshape(&[b * t, h.dims()[2]])?;
+            let routing = route(&tokens, p("mlp.gate.weight")?, experts.top_k, experts.normalize_top_k)?;
+            let stacked = ExpertWeights {
+                gate: p("mlp.experts.gate_proj")?,
+                up: p("mlp.experts.up_proj")?,
+                down: p("mlp.experts.down_proj")?,
+            };
+            let mlp = sparse_mlp(&tokens, &routing, &stacked, self.expert_product)?.reshape(x.dims())?;
+            return Ok((x.add(&mlp)?, Some(routing)));
+        }
         let (gate, up) = if c.fused_projections {
             // Phi-3: the gate's columns, then the up projection's.
             let fused = lin("mlp.gate_up_proj", &h, false)?;
@@ -855,7 +1009,7 @@ impl Decoder {
         if c.gemma.is_some() {
             mlp = self.norm(&mlp, p("post_feedforward_layernorm.weight")?)?;
         }
-        x.add(&mlp)
+        Ok((x.add(&mlp)?, None))
     }
 
     /// Log-probabilities and entropies `[B, last]` (f32) of the last
@@ -875,7 +1029,7 @@ impl Decoder {
         mask: &Tensor,
         last: i64,
         temperature: f64,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<TokenScores> {
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         if !(1..t).contains(&last) {
             return Err(grpo_xla::Error::Trace {
@@ -886,13 +1040,17 @@ impl Decoder {
         let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
         let positions = ones.cumsum(1, false)?.sub(&ones)?;
         let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
-        let hidden = self.masked_forward(tensors, ids, &positions, &masks)?;
+        let (hidden, routings) = self.masked_forward(tensors, ids, &positions, &masks)?;
         // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
         let first = t - last;
         let scoring = hidden.slice_axis(1, first - 1, t - 1)?;
         let targets = ids.slice_axis(1, first, t)?;
         let (logprobs, entropy) = self.score(tensors, &scoring, &targets, temperature)?;
-        Ok((logprobs.reshape(&[b, last])?, entropy.reshape(&[b, last])?))
+        Ok(TokenScores {
+            logprobs: logprobs.reshape(&[b, last])?,
+            entropy: entropy.reshape(&[b, last])?,
+            balance: balance(&routings, mask)?,
+        })
     }
 
     /// [`Decoder::token_logprobs`] of `slots` completions per row that share
@@ -914,7 +1072,7 @@ impl Decoder {
         prompt: i64,
         slots: i64,
         temperature: f64,
-    ) -> Result<(Tensor, Tensor)> {
+    ) -> Result<TokenScores> {
         let (b, t) = (ids.dims()[0], ids.dims()[1]);
         let c = if slots >= 1 && prompt >= 1 {
             (t - prompt) / slots
@@ -952,7 +1110,7 @@ impl Decoder {
         let shared = in_prompt.or(&col.ge(&start)?)?.reshape(&[1, t, t])?;
         let allowed = causal_mask(mask)?.and(&shared)?;
         let masks = Masks::new(&self.config, allowed, &positions, &positions)?;
-        let hidden = self.masked_forward(tensors, ids, &positions, &masks)?;
+        let (hidden, routings) = self.masked_forward(tensors, ids, &positions, &masks)?;
         // Token 0 of every slot is predicted by the prompt's last hidden state,
         // token j > 0 by its slot's token j − 1.
         let width = hidden.dims()[2];
@@ -964,7 +1122,11 @@ impl Decoder {
         let scoring = Tensor::concatenate(&[&last_prompt, &completions.slice_axis(2, 0, c - 1)?], 2)?;
         let targets = ids.slice_axis(1, prompt, t)?;
         let (logprobs, entropy) = self.score(tensors, &scoring, &targets, temperature)?;
-        Ok((logprobs.reshape(&[b * slots, c])?, entropy.reshape(&[b * slots, c])?))
+        Ok(TokenScores {
+            logprobs: logprobs.reshape(&[b * slots, c])?,
+            entropy: entropy.reshape(&[b * slots, c])?,
+            balance: balance(&routings, mask)?,
+        })
     }
 
     /// Log-probs and entropies (flat) of `targets` (any shape) at

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rand::{Rng, SeedableRng};
 
-use crate::config::{Family, GemmaStyle, ModelConfig};
+use crate::config::{Experts, Family, GemmaStyle, ModelConfig};
 use crate::error::{Error, Result};
 use crate::names::parameters;
 use crate::weights::HostTensor;
@@ -127,16 +127,26 @@ pub fn preset_config(family: Family, preset: Preset, vocab_size: usize, bos: Opt
             .map(|i| gemma.is_some() && (i + 1) % pattern != 0)
             .collect(),
         gemma,
+        // Qwen3-MoE: 8 experts a quarter as wide as the dense MLP, 2 per token, in every layer.
+        experts: (family == Family::Qwen3Moe).then(|| Experts {
+            count: 8,
+            top_k: 2,
+            intermediate_size: shape.intermediate_size / 4,
+            normalize_top_k: true,
+            sparse_layers: vec![true; shape.layers],
+            router_aux_loss_coef: 0.001,
+            output_router_logits: false,
+        }),
         fused_projections: family == Family::Phi3,
         tie_embeddings: matches!(family, Family::Llama | Family::Qwen2) || family.is_gemma(),
         qkv_bias: family == Family::Qwen2,
-        qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+        qk_norm: matches!(family, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3),
         bos_token_id: bos,
         eos_token_ids: vec![eos],
     }
 }
 
-/// Weights for `config` from `seed`: rank-2 tensors normal(0, 0.02), norm
+/// Weights for `config` from `seed`: matrices (and stacked experts' matrices) normal(0, 0.02), norm
 /// weights 1 (0 where they are offsets from 1, Gemma's), biases 0.
 pub fn random_weights(config: &ModelConfig, seed: u64) -> Result<BTreeMap<String, HostTensor>> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -144,7 +154,7 @@ pub fn random_weights(config: &ModelConfig, seed: u64) -> Result<BTreeMap<String
         .into_iter()
         .map(|spec| {
             let count: usize = spec.dims.iter().product();
-            let data: Vec<f32> = if spec.dims.len() == 2 {
+            let data: Vec<f32> = if spec.dims.len() >= 2 {
                 (0..count).map(|_| 0.02 * standard_normal(&mut rng)).collect()
             } else if spec.name.ends_with(".bias") || config.gemma.is_some() {
                 vec![0.0; count]

@@ -1,8 +1,8 @@
 //! grpo-model: decoder-only language models on grpo-xla.
 //!
 //! Hugging Face configs, weights (safetensors and GGUF), tokenizers and
-//! chat templates, tool calls in model text, and the Llama / Qwen2 / Qwen3
-//! decoders as traced programs.
+//! chat templates, tool calls in model text, and the decoders (Llama,
+//! Mistral, Phi-3, Qwen2, Qwen3, Qwen3-MoE, Gemma 2 and 3) as traced programs.
 
 #![warn(missing_docs)]
 
@@ -11,11 +11,13 @@ pub mod chat;
 pub mod config;
 pub mod decoder;
 mod error;
+pub mod experts;
 pub mod gguf;
 pub mod init;
 pub mod load;
 pub mod logprobs;
 pub mod lora;
+pub mod moe;
 pub mod names;
 pub mod pretrained;
 pub mod text;

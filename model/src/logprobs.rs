@@ -80,10 +80,12 @@ impl LogprobsRunner {
             .collect::<grpo_xla::Result<Vec<_>>>()?;
         let ids = graph.parameter(ElementType::S32, &[batch, length])?;
         let mask = graph.parameter(ElementType::Pred, &[batch, length])?;
-        let (logprobs, entropy) = self
+        let scores = self
             .decoder
             .token_logprobs(&params, &ids, &mask, length - 1, self.temperature)?;
-        let program = graph.build(&[&logprobs, &entropy])?.compile(&self.client)?;
+        let program = graph
+            .build(&[&scores.logprobs, &scores.entropy])?
+            .compile(&self.client)?;
         programs.insert((batch, length), program.clone());
         Ok(program)
     }

@@ -28,8 +28,9 @@ impl Prefix {
 }
 
 /// Every parameter of the decoder described by `config`, in program order:
-/// embeddings, then per layer the attention and MLP weights, the final
-/// norm, and `lm_head` when embeddings are not tied.
+/// embeddings, then per layer the attention and MLP weights (a sparse
+/// layer's router and stacked experts), the final norm, and `lm_head` when
+/// embeddings are not tied.
 pub fn parameters(config: &ModelConfig) -> Vec<ParamSpec> {
     let (h, i, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
     let q = config.heads * config.head_dim;
@@ -63,6 +64,17 @@ pub fn parameters(config: &ModelConfig) -> Vec<ParamSpec> {
             add(block.pp("post_feedforward_layernorm").name("weight"), vec![h]);
         }
         let mlp = block.pp("mlp");
+        if let Some(experts) = config.experts_of(layer) {
+            // The router, then each projection of every expert stacked
+            // (`[experts, out, in]`; see `crate::experts` for the checkpoint layout).
+            let (e, ei) = (experts.count, experts.intermediate_size);
+            add(mlp.pp("gate").name("weight"), vec![e, h]);
+            let stacked = mlp.pp("experts");
+            add(stacked.name("gate_proj"), vec![e, ei, h]);
+            add(stacked.name("up_proj"), vec![e, ei, h]);
+            add(stacked.name("down_proj"), vec![e, h, ei]);
+            continue;
+        }
         if config.fused_projections {
             add(mlp.pp("gate_up_proj").name("weight"), vec![2 * i, h]);
         } else {

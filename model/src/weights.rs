@@ -154,13 +154,26 @@ impl WeightSource for Safetensors {
         names
     }
 
+    /// The tensor `name`, or a sparse layer's stacked experts assembled
+    /// from the tensors the checkpoint holds them in ([`crate::experts`]).
     fn tensor(&self, name: &str) -> Result<HostTensor> {
-        let missing = || Error::Tensor {
-            path: self.location(),
-            tensor: name.to_string(),
-            message: "is not in the checkpoint".to_string(),
-        };
-        let &file = self.index.get(name).ok_or_else(missing)?;
+        if let Some(&file) = self.index.get(name) {
+            return self.read(file, name);
+        }
+        let held = |part: &str| self.index.get(part).map(|&file| self.read(file, part));
+        crate::experts::stacked_tensor(name, held).unwrap_or_else(|| {
+            Err(Error::Tensor {
+                path: self.location(),
+                tensor: name.to_string(),
+                message: "is not in the checkpoint".to_string(),
+            })
+        })
+    }
+}
+
+impl Safetensors {
+    /// Tensor `name` of file `file`, as f32.
+    fn read(&self, file: usize, name: &str) -> Result<HostTensor> {
         let (path, map) = &self.files[file];
         let fail = |message: String| Error::Tensor {
             path: path.clone(),

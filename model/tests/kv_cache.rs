@@ -212,3 +212,8 @@ fn gemma3_decodes_through_the_cache() {
 fn gemma2_decodes_through_the_cache() {
     check("gemma2");
 }
+
+#[test]
+fn qwen3_moe_decodes_through_the_cache() {
+    check("qwen3_moe");
+}

@@ -75,7 +75,10 @@ fn logprobs_and_adapter_grads_drawn(
     }
     let ids_in = graph.parameter(ElementType::S32, &[b, t]).unwrap();
     let mask_in = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
-    let (logprobs, _) = decoder.token_logprobs(&params, &ids_in, &mask_in, t - 1, 1.0).unwrap();
+    let logprobs = decoder
+        .token_logprobs(&params, &ids_in, &mask_in, t - 1, 1.0)
+        .unwrap()
+        .logprobs;
     let real = mask_in.slice_axis(1, 1, t).unwrap();
     let weight = real
         .select(&logprobs.ones_like().unwrap(), &logprobs.zeros_like().unwrap())

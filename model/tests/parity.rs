@@ -11,6 +11,7 @@ use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
 use grpo_model::load::upload_parameters;
+use grpo_model::moe::ExpertProduct;
 use grpo_model::weights::{Safetensors, WeightSource};
 use grpo_xla::trace::{Graph, Tensor, grad};
 use grpo_xla::{ElementType, Pred};
@@ -52,15 +53,15 @@ fn inputs(dir: &Path) -> Inputs {
 /// Runs logprobs, entropy and ∂Σ(mask·logprob)/∂params for one fixture and
 /// compares with transformers.
 fn check_family(family: &str) {
-    check_decoder(family, false);
+    check_decoder(family, |d| d);
 }
 
-/// [`check_family`], each layer rematerialized in the backward pass when
-/// `checkpoints` says so.
-fn check_decoder(family: &str, checkpoints: bool) {
+/// [`check_family`] for the fixture's decoder as `configure` sets it up
+/// (layer checkpoints, the expert product).
+fn check_decoder(family: &str, configure: impl Fn(Decoder) -> Decoder) {
     let dir = fixture(family);
     let config = ModelConfig::from_file(dir.join("config.json")).unwrap();
-    let decoder = Decoder::new(config).with_layer_checkpoints(checkpoints);
+    let decoder = configure(Decoder::new(config));
     let weights = Safetensors::open_dir(&dir).unwrap();
     let expected = Safetensors::open_files(&[dir.join("expected.safetensors")]).unwrap();
     let input = inputs(&dir);
@@ -70,7 +71,8 @@ fn check_decoder(family: &str, checkpoints: bool) {
     let params: Vec<Tensor> = decoder.parameter_tensors(&graph, ElementType::F32).unwrap();
     let ids = graph.parameter(ElementType::S32, &[b, t]).unwrap();
     let mask = graph.parameter(ElementType::Pred, &[b, t]).unwrap();
-    let (logprobs, entropy) = decoder.token_logprobs(&params, &ids, &mask, t - 1, 1.0).unwrap();
+    let scores = decoder.token_logprobs(&params, &ids, &mask, t - 1, 1.0).unwrap();
+    let (logprobs, entropy) = (&scores.logprobs, &scores.entropy);
     let target_mask = mask.slice_axis(1, 1, t).unwrap();
     let weight = target_mask
         .select(&logprobs.ones_like().unwrap(), &logprobs.zeros_like().unwrap())
@@ -78,8 +80,15 @@ fn check_decoder(family: &str, checkpoints: bool) {
     let total = logprobs.mul(&weight).unwrap().sum_all().unwrap();
     let wrt: Vec<&Tensor> = params.iter().collect();
     let grads = grad(&total, &wrt).unwrap();
-    let mut outputs = vec![&logprobs, &entropy];
+    let mut outputs = vec![logprobs, entropy];
     outputs.extend(grads.iter());
+    // Sparse models: the load-balancing loss and its gradients after the rest.
+    let balance_grads = match &scores.balance {
+        Some(balance) => grad(balance, &wrt).unwrap(),
+        None => Vec::new(),
+    };
+    outputs.extend(scores.balance.iter());
+    outputs.extend(balance_grads.iter());
     let client = cpu_client();
     let executable = graph.build(&outputs).unwrap().compile(&client).unwrap();
 
@@ -108,20 +117,42 @@ fn check_decoder(family: &str, checkpoints: bool) {
         println!("{family} {name}: max |grpo - transformers| = {worst:e}");
         assert!(worst <= 1e-4, "{family} {name}: max difference {worst} (> 1e-4)");
     }
+    let count = decoder.parameters().len();
+    compare_gradients(family, "grad", &decoder, &out[2..2 + count], &expected);
+    if scores.balance.is_some() {
+        let got = out[2 + count].to_host::<f32>().unwrap()[0];
+        let want = expected.tensor("balance").unwrap().data[0];
+        println!("{family} load-balancing loss: grpo {got}, transformers {want}");
+        assert!((got - want).abs() <= 1e-5 * want, "{family} balance {got} vs {want}");
+        compare_gradients(family, "grad_balance", &decoder, &out[3 + count..], &expected);
+    } else {
+        assert!(expected.tensor("balance").is_err(), "{family} has sparse layers");
+    }
+}
+
+/// Each of `grads` (in the decoder's parameter order) against `expected`'s
+/// `{prefix}.{name}` tensors, to 1e-3 of the largest value.
+fn compare_gradients(
+    family: &str,
+    prefix: &str,
+    decoder: &Decoder,
+    grads: &[grpo_xla::Buffer],
+    expected: &Safetensors,
+) {
     let mut worst_relative = 0.0f32;
-    for (spec, buffer) in decoder.parameters().iter().zip(&out[2..]) {
+    for (spec, buffer) in decoder.parameters().iter().zip(grads) {
         let got = buffer.to_host::<f32>().unwrap();
-        let want = expected.tensor(&format!("grad.{}", spec.name)).unwrap().data;
+        let want = expected.tensor(&format!("{prefix}.{}", spec.name)).unwrap().data;
         let scale = want.iter().map(|v| v.abs()).fold(0.0f32, f32::max).max(1e-6);
         let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0f32, f32::max);
         assert!(
             worst / scale <= 1e-3,
-            "{family} grad of {}: max difference {worst}, scale {scale}",
+            "{family} {prefix} of {}: max difference {worst}, scale {scale}",
             spec.name
         );
         worst_relative = worst_relative.max(worst / scale);
     }
-    println!("{family} gradients: worst max-relative difference {worst_relative:e}");
+    println!("{family} {prefix}: worst max-relative difference {worst_relative:e}");
 }
 
 #[test]
@@ -159,12 +190,30 @@ fn gemma2_matches_transformers() {
     check_family("gemma2");
 }
 
+/// Qwen3-MoE: routing, both expert products, a dense layer between sparse
+/// ones, and the load-balancing loss with its gradients.
+#[test]
+fn qwen3_moe_matches_transformers() {
+    for product in [ExpertProduct::Grouped, ExpertProduct::Dense, ExpertProduct::Auto] {
+        check_decoder("qwen3_moe", |d| d.with_expert_product(product));
+    }
+}
+
 /// Layer checkpoints change what the backward pass keeps, not what it
 /// computes: every family still matches transformers.
 #[test]
 fn every_family_matches_transformers_with_layer_checkpoints() {
-    for family in ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "gemma2"] {
-        check_decoder(family, true);
+    for family in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "phi3",
+        "gemma3",
+        "gemma2",
+        "qwen3_moe",
+    ] {
+        check_decoder(family, |d| d.with_layer_checkpoints(true));
     }
 }
 

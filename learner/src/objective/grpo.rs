@@ -28,7 +28,7 @@ use grpo_xla::{ElementType, TensorType};
 use crate::batch::MicroBatchShape;
 use crate::completion_logprobs::completion_logprobs;
 use crate::loss::{GrpoLoss, LossInputs, grpo_loss};
-use crate::objective::Objective;
+use crate::objective::{MicroLoss, Objective};
 
 /// Whether the step's old log-probs come in as an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl Objective for GrpoObjective {
         types
     }
 
-    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)> {
+    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<MicroLoss> {
         let to_xla = |e: crate::Error| match e {
             crate::Error::Xla(e) => e,
             other => grpo_xla::Error::Trace {
@@ -100,7 +100,8 @@ impl Objective for GrpoObjective {
         // The slots a row: the samples (completion mask rows) over the token rows.
         let slots = completion.dims()[0] / ids.dims()[0].max(1);
         let layout = (slots, completion.dims()[1]);
-        let (logprobs, entropy) = completion_logprobs(decoder, params, (ids, attention), layout, temperature)?;
+        let scores = completion_logprobs(decoder, params, (ids, attention), layout, temperature)?;
+        let (logprobs, entropy) = (scores.logprobs, scores.entropy);
         let mut extra = batch[6..].iter();
         let old_logprobs = match self.old {
             OldLogprobs::OnPolicy => logprobs.stop_gradient()?,
@@ -128,6 +129,10 @@ impl Objective for GrpoObjective {
             entropy_sum,
             out.logp_difference,
         ];
-        Ok((out.loss, metrics.into()))
+        Ok(MicroLoss {
+            loss: out.loss,
+            metrics: metrics.into(),
+            balance: scores.balance,
+        })
     }
 }

@@ -34,15 +34,25 @@ use grpo_xla::trace::Tensor;
 
 use crate::batch::MicroBatchShape;
 
+/// One micro-batch's traced loss.
+pub struct MicroLoss {
+    /// The scalar whose gradient the step takes.
+    pub loss: Tensor,
+    /// Scalar metrics (gradient stopped, summed over a batch's micro-batches).
+    pub metrics: Vec<Tensor>,
+    /// The forward's load-balancing loss of a model with sparse layers
+    /// ([`grpo_model::decoder::TokenScores::balance`]): the learner adds it
+    /// with the run's coefficient.
+    pub balance: Option<Tensor>,
+}
+
 /// A loss over micro-batches of token rows, traced into the learner's train step.
 pub trait Objective {
     /// The types of one micro-batch's inputs, in the order [`Objective::loss`]
     /// receives them.
     fn batch_types(&self, shape: MicroBatchShape) -> Vec<TensorType>;
 
-    /// Traces the loss of one micro-batch (a scalar whose gradient the step
-    /// takes) and its metrics (scalars, gradient stopped, summed over a
-    /// batch's micro-batches), over `params` in the decoder's order and the
-    /// compute dtype.
-    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)>;
+    /// Traces the loss of one micro-batch over `params` in the decoder's
+    /// order and the compute dtype.
+    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<MicroLoss>;
 }

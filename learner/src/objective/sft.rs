@@ -21,7 +21,7 @@ use grpo_xla::trace::Tensor;
 use grpo_xla::{ElementType, TensorType};
 
 use crate::batch::MicroBatchShape;
-use crate::objective::Objective;
+use crate::objective::{MicroLoss, Objective};
 
 /// The mean completion NLL.
 #[derive(Debug, Clone, Copy, Default)]
@@ -38,11 +38,14 @@ impl Objective for SftObjective {
         ]
     }
 
-    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<(Tensor, Vec<Tensor>)> {
+    fn loss(&self, decoder: &Decoder, params: &[Tensor], batch: &[Tensor]) -> grpo_xla::Result<MicroLoss> {
         let (ids, attention, completion, normalizer) = (&batch[0], &batch[1], &batch[2], &batch[3]);
-        let (logprobs, _) = decoder.token_logprobs(params, ids, attention, completion.dims()[1], 1.0)?;
-        let nll = logprobs.mul(completion)?.sum_all()?.neg()?;
-        let loss = nll.div(normalizer)?;
-        Ok((loss, vec![nll.stop_gradient()?]))
+        let scores = decoder.token_logprobs(params, ids, attention, completion.dims()[1], 1.0)?;
+        let nll = scores.logprobs.mul(completion)?.sum_all()?.neg()?;
+        Ok(MicroLoss {
+            loss: nll.div(normalizer)?,
+            metrics: vec![nll.stop_gradient()?],
+            balance: scores.balance,
+        })
     }
 }

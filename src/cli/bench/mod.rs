@@ -4,6 +4,7 @@
 mod generate;
 mod matmul;
 mod model_step;
+mod moe;
 mod timing;
 mod train_step;
 
@@ -21,6 +22,9 @@ pub enum BenchCommand {
     /// Prefill and decode tokens/s of the rollout engine per batch size, to
     /// compare with `bench/generate_torch.py`.
     Generate(generate::GenerateArgs),
+    /// Forward + backward of one sparse (mixture-of-experts) MLP layer: the
+    /// grouped expert product against every expert computed for every token.
+    Moe(moe::MoeArgs),
 }
 
 impl BenchCommand {
@@ -31,6 +35,7 @@ impl BenchCommand {
             BenchCommand::TrainStep(args) => train_step::run(&args),
             BenchCommand::ModelStep(args) => model_step::run(&args),
             BenchCommand::Generate(args) => generate::run(&args),
+            BenchCommand::Moe(args) => moe::run(&args),
         }
     }
 }

@@ -39,6 +39,10 @@ pub struct ModelStepArgs {
     /// computed again in the backward pass (`[trainer] activation_checkpointing`).
     #[arg(long, default_value = "none")]
     activation_checkpointing: String,
+    /// How sparse (mixture-of-experts) layers multiply tokens by experts:
+    /// `auto`, `grouped` or `dense` (see `grpo bench moe`).
+    #[arg(long, default_value = "auto")]
+    expert_product: String,
     /// Compile and report the program's memory, without running it.
     #[arg(long)]
     compile_only: bool,
@@ -64,14 +68,16 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let model = Pretrained::open(&args.model)?;
     let client = args.platform.client()?;
     let device = client.device(0)?.clone();
-    let decoder = Decoder::new(model.config.clone()).with_layer_checkpoints(checkpoints);
+    let decoder = Decoder::new(model.config.clone())
+        .with_layer_checkpoints(checkpoints)
+        .with_expert_product(super::moe::expert_product(&args.expert_product)?);
 
     let graph = Graph::new("model_step");
     let inputs = decoder.parameter_tensors(&graph, dtype)?;
     let ids = graph.parameter(ElementType::S32, &[args.batch, args.seq])?;
     let mask = graph.parameter(ElementType::Pred, &[args.batch, args.seq])?;
-    let (logprobs, _) = decoder.token_logprobs(&inputs, &ids, &mask, args.seq - 1, 1.0)?;
-    let loss = logprobs.mean(&[0, 1])?.neg()?;
+    let scores = decoder.token_logprobs(&inputs, &ids, &mask, args.seq - 1, 1.0)?;
+    let loss = scores.logprobs.mean(&[0, 1])?.neg()?;
     let wrt: Vec<&Tensor> = inputs.iter().collect();
     let grads = grad(&loss, &wrt)?;
     let mut outputs = vec![&loss];
@@ -80,11 +86,12 @@ pub fn run(args: &ModelStepArgs) -> anyhow::Result<()> {
     let memory = executable.memory_stats()?;
     let gib = |bytes: usize| bytes as f64 / f64::from(1u32 << 30);
     let case_json = format!(
-        "\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}",
+        "\"impl\": \"grpo\", \"model\": \"{}\", \"dtype\": \"{}\", \"batch\": {}, \"seq\": {}, \"expert_product\": \"{}\"",
         model_label(&args.model),
         args.dtype,
         args.batch,
-        args.seq
+        args.seq,
+        args.expert_product
     );
     let case_text = format!("{} {} fwd+bwd at {}×{}", args.model, args.dtype, args.batch, args.seq);
     let memory_json = format!(

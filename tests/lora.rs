@@ -9,17 +9,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, listening_address, logprobs, stdout};
+use common::{grpo_installed, http, listening_address, logprobs, model_fixtures, model_with_tokenizer, stdout};
 use grpo_model::weights::{Safetensors, WeightSource};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("model/tests/fixtures")
-}
 
 /// The parity inputs as `grpo logprobs` lines (each row's real tokens: the
 /// first as the prompt, the rest as the completion).
 fn logprobs_input(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(fixtures().join("parity/llama/inputs.json")).unwrap();
+    let text = std::fs::read_to_string(model_fixtures().join("parity/llama/inputs.json")).unwrap();
     let inputs: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut lines = String::new();
     for (ids, mask) in inputs["input_ids"]
@@ -55,7 +51,7 @@ fn flat_logprobs(model: &Path, adapter: Option<&Path>, input: &Path) -> Vec<f32>
 
 /// PEFT's log-probs of the parity inputs' real targets, flattened.
 fn peft_logprobs() -> Vec<f32> {
-    let expected = Safetensors::open_files(&[fixtures().join("lora/llama/expected.safetensors")]).unwrap();
+    let expected = Safetensors::open_files(&[model_fixtures().join("lora/llama/expected.safetensors")]).unwrap();
     let (values, mask) = (
         expected.tensor("logprobs").unwrap().data,
         expected.tensor("mask").unwrap().data,
@@ -75,28 +71,12 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert!(worst <= 1e-4, "{what}: {worst}");
 }
 
-/// The parity llama with the tiny fixture tokenizer, in `dir/model`
-/// (merge writes the tokenizer into its folder; serving needs one).
-fn model_with_tokenizer(dir: &Path) -> PathBuf {
-    let (base, model) = (fixtures().join("parity/llama"), dir.join("model"));
-    std::fs::create_dir(&model).unwrap();
-    for (from, name) in [
-        (&base, "config.json"),
-        (&base, "model.safetensors"),
-        (&fixtures().join("tokenizer/tiny"), "tokenizer.json"),
-        (&fixtures().join("tokenizer/tiny"), "tokenizer_config.json"),
-    ] {
-        std::fs::copy(from.join(name), model.join(name)).unwrap();
-    }
-    model
-}
-
 #[test]
 fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     let dir = tempfile::tempdir().unwrap();
     let input = logprobs_input(dir.path());
-    let base = fixtures().join("parity/llama");
-    let adapter = fixtures().join("lora/llama/adapter");
+    let base = model_fixtures().join("parity/llama");
+    let adapter = model_fixtures().join("lora/llama/adapter");
     let want = peft_logprobs();
     assert_close(
         &flat_logprobs(&base, Some(&adapter), &input),
@@ -104,7 +84,7 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
         "logprobs --adapter",
     );
 
-    let model = model_with_tokenizer(dir.path());
+    let model = model_with_tokenizer(dir.path(), "llama");
     let merged = dir.path().join("merged");
     let merge = [
         "merge",
@@ -125,7 +105,7 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     assert!(!again.status.success() && error.contains("already exists"), "{error}");
 
     // Phi-3's adapters (on its fused projections) do not fit the llama model: refused, naming them.
-    let foreign = fixtures().join("lora/phi3/adapter");
+    let foreign = model_fixtures().join("lora/phi3/adapter");
     let refused = grpo_installed(&[
         "logprobs",
         "--model",
@@ -140,29 +120,11 @@ fn an_adapter_applied_or_merged_scores_as_peft_scores_it() {
     assert!(error.contains("--adapter") && error.contains("gate_up_proj"), "{error}");
 }
 
-/// One HTTP/1.0 request to `addr` (JSON body when given); the status and body.
-fn http(addr: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
-    use std::io::{Read, Write};
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let status = answer[9..12].parse().unwrap();
-    let (_, text) = answer.split_once("\r\n\r\n").unwrap();
-    (status, text.to_string())
-}
-
 #[test]
 fn serve_with_lora_modules_serves_the_adapter_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    let model = model_with_tokenizer(dir.path());
-    let adapter = fixtures().join("lora/llama/adapter");
+    let model = model_with_tokenizer(dir.path(), "llama");
+    let adapter = model_fixtures().join("lora/llama/adapter");
     let module = format!("tuned={}", adapter.display());
     let serve = |extra: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = [

@@ -137,6 +137,7 @@ FAMILIES = [
           router_aux_loss_coef=0.01, experts_implementation="eager")),
 ]
 MOE_AUX_F32_VS_F64_RTOL = 1e-5
+GREEDY_PROMPT, GREEDY_TOKENS = [5, 17, 99], 6  # qwen3_moe's greedy continuation
 
 
 def check(cond, msg):
@@ -434,6 +435,13 @@ def make(index, family, config_cls, model_cls, module, extra):
     for n, g in grpo_names(g64, cfg).items():
         tensors[f"grad.{n}"] = g.float().contiguous()
     if balance is not None:
+        # Greedy continuation of a fixed prompt, through transformers' KV cache.
+        with torch.no_grad():
+            prompt = torch.tensor([GREEDY_PROMPT])
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=GREEDY_TOKENS,
+                                 do_sample=False, eos_token_id=None, pad_token_id=PAD_ID)
+        tensors["greedy"] = out[0, len(GREEDY_PROMPT):].float().contiguous()
+        check(len(set(tensors["greedy"].tolist())) > 1, "greedy decoding does not repeat one token")
         tensors["balance"] = balance[0].float().reshape(1).contiguous()
         for n, g in balance[1].items():
             tensors[f"grad_balance.{n}"] = g.float().contiguous()
@@ -573,6 +581,7 @@ With `logits` [2, 12, 128] the model output, `lsm = log_softmax(logits[:, :-1], 
 | `mask` | f32 | [2, 11] | `attention_mask[:, 1:]`: 1 everywhere except row 1, t = 7..10 |
 | `entropy` | f32 | [2, 11] | `-(exp(lsm) * lsm).sum(-1)`, entropy of `softmax(logits[b, t])`, every position |
 | `grad.<name>` | f32 | shape of the parameter | d/dp of `sum(logprobs * mask)` for every `(name, p)` in `model.named_parameters()` (HF names; qwen2's tied head appears once, as `grad.model.embed_tokens.weight`, and includes the head's contribution; qwen3_moe's fused `experts.gate_up_proj` [experts, 2·16, hidden] is written as grpo stacks it, `experts.gate_proj` and `experts.up_proj` [experts, 16, hidden], gate rows first) |
+| `greedy` | f32 | [6] | qwen3_moe only: `model.generate([[5, 17, 99]], max_new_tokens=6, do_sample=False)`'s new token ids (f32 model, KV cache) |
 | `balance` | f32 | [1] | qwen3_moe only: `model(..., output_router_logits=True).aux_loss`, transformers' `load_balancing_loss_func` over both sparse layers with the attention mask (no coefficient) |
 | `grad_balance.<name>` | f32 | shape of the parameter | qwen3_moe only: d/dp of `balance`, named as `grad.<name>` (zeros where none flows: the head, the last layer's attention) |
 

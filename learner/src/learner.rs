@@ -164,36 +164,33 @@ impl<O: Objective> Learner<O> {
         } else {
             Vec::new()
         };
-        let share = if self.decoder.router_aux_loss_coef() > 0.0 {
-            let share = 1.0 / micro_batches.len().max(1) as f32;
-            Some(crate::batch::batch_input(&self.client, &self.mesh, &[share], &[])?)
-        } else {
-            None
-        };
         let inputs: Vec<Vec<&ShardedBuffer>> = micro_batches
             .iter()
             .enumerate()
-            .map(|(i, m)| m.iter().chain(draws.get(i)).chain(share.as_ref()).collect())
+            .map(|(i, m)| m.iter().chain(draws.get(i)).collect())
             .collect();
-        Ok(self.steps[&key].step(&mut self.state, &inputs, lr)?)
+        let mut metrics = self.steps[&key].step(&mut self.state, &inputs, lr)?;
+        if self.decoder.router_aux_loss_coef() > 0.0
+            && let Some(balance) = metrics.metrics.last_mut()
+        {
+            // Summed over the micro-batches, reported as their mean.
+            *balance /= micro_batches.len().max(1) as f32;
+        }
+        Ok(metrics)
     }
 
     /// Traces the objective's loss for micro-batches of `shape` and
-    /// compiles its train step on the mesh. With adapter dropout, each
-    /// micro-batch's inputs end with its masks' draw number; with the
-    /// load-balancing loss, then with its share of the batch (`1/M` of `M`
-    /// micro-batches): the loss adds `coef · share · balance`, as
-    /// transformers adds `coef · balance` to each micro-batch's loss before
-    /// averaging, and the last metric is `share · balance`.
+    /// compiles its train step on the mesh (with adapter dropout, each
+    /// micro-batch's inputs end with its masks' draw number). With the
+    /// load-balancing loss, each micro-batch's loss adds `coef · balance`,
+    /// as transformers adds it before the step averages the micro-batches,
+    /// and its last metric is the balance loss.
     fn compile(&self, shape: MicroBatchShape, accumulate: bool) -> Result<TrainStep> {
         let dropout = self.decoder.adapter_dropout() > 0.0;
         let coef = self.decoder.router_aux_loss_coef();
         let mut batch = self.objective.batch_types(shape);
         if dropout {
             batch.push(TensorType::new(ElementType::U32, []));
-        }
-        if coef > 0.0 {
-            batch.push(TensorType::new(ElementType::F32, []));
         }
         let spec = TrainStepSpec {
             params: types(trained_specs(&self.decoder), ElementType::F32),
@@ -206,10 +203,6 @@ impl<O: Objective> Learner<O> {
         let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
             let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();
             let mut params = in_dtype(&all, self.optimization.compute)?;
-            let (batch, share) = match (coef > 0.0, batch.split_last()) {
-                (true, Some((share, inputs))) => (inputs, Some(share)),
-                _ => (batch, None),
-            };
             let batch = match (dropout, batch.split_last()) {
                 (true, Some((draw, inputs))) => {
                     params.push(draw.clone());
@@ -219,10 +212,9 @@ impl<O: Objective> Learner<O> {
             };
             let traced = self.objective.loss(&self.decoder, &params, batch)?;
             let (mut loss, mut metrics) = (traced.loss, traced.metrics);
-            if let (Some(share), Some(balance)) = (share, traced.balance) {
-                let part = balance.mul(share)?;
-                loss = loss.add(&part.mul_scalar(coef)?)?;
-                metrics.push(part.stop_gradient()?);
+            if let Some(balance) = traced.balance.filter(|_| coef > 0.0) {
+                loss = loss.add(&balance.mul_scalar(coef)?)?;
+                metrics.push(balance.stop_gradient()?);
             }
             Ok((loss, metrics))
         };

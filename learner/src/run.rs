@@ -39,7 +39,7 @@ use crate::checkpoint::{self, LoadedCheckpoint, SavedModel, save_model};
 use crate::choices::{self, ChoiceRecord, ChoiceRequest};
 use crate::collect::{EncodedPrompt, EpisodeSetup, PromptEncoder};
 use crate::config::sft::SftRunConfig;
-use crate::config::{CheckpointSection, LoraSection, ModelSection, RunConfig};
+use crate::config::{ActivationCheckpointing, CheckpointSection, LoraSection, ModelSection, RunConfig};
 use crate::data::{Example, Prompt, load_examples, split};
 use crate::error::{Error, Result};
 use crate::fleet::{EngineParts, FleetPlan};
@@ -184,6 +184,17 @@ impl Start {
         Ok(match &self.lora {
             Some(lora) => Decoder::with_adapters(config, lora.clone())?.with_adapter_dropout(dropout, seed)?,
             None => Decoder::new(config),
+        })
+    }
+
+    /// The decoder a train step runs: its layer checkpoints as
+    /// `checkpointing` says, and the load-balancing loss's coefficient
+    /// `aux` when given (the model's own otherwise).
+    fn trained_decoder(&self, checkpointing: ActivationCheckpointing, aux: Option<f64>) -> Result<Decoder> {
+        let decoder = self.decoder()?.with_layer_checkpoints(checkpointing.per_layer());
+        Ok(match aux {
+            Some(coef) => decoder.with_router_aux_loss_coef(coef)?,
+            None => decoder,
         })
     }
 
@@ -429,9 +440,7 @@ impl Run<GrpoTask> {
         let choices = ChoiceRecord::decide(client, &request, recorded, &grpo_xla::pjrt::cache_dir())?;
         let grpo = GrpoConfig::of(config, max_steps, choices.choices);
         warn_if_cut_short(&grpo.schedule);
-        let decoder = start
-            .decoder()?
-            .with_layer_checkpoints(config.trainer.activation_checkpointing.per_layer());
+        let decoder = start.trained_decoder(t.activation_checkpointing, t.router_aux_loss_coef)?;
         // The policy starts from the checkpoint when resuming; the KL's
         // reference is always the model (with adapters, the learner's own base).
         let reference = (grpo.loss.beta > 0.0 && start.lora.is_none())
@@ -499,9 +508,8 @@ impl Run<SftTask> {
         warn_if_cut_short(&sft.schedule);
         sft.max_length = sft.max_length.min(start.model.config.max_positions);
         let column = &config.data.completion_column;
-        let decoder = start
-            .decoder()?
-            .with_layer_checkpoints(config.trainer.activation_checkpointing.per_layer());
+        let t = &config.trainer;
+        let decoder = start.trained_decoder(t.activation_checkpointing, t.router_aux_loss_coef)?;
         let parts = SftParts {
             client: client.clone(),
             data: encode_examples(&start.tokenizer, &train, column, sft.max_length)?,
@@ -512,7 +520,6 @@ impl Run<SftTask> {
             mesh: Mesh::new(client, config.trainer.parallelism(client.devices().len())?)?,
         };
         let trainer = Trainer::sft(parts, sft, start.checkpoint())?;
-        let t = &config.trainer;
         Run::assemble(
             trainer,
             start,

@@ -151,7 +151,7 @@ pub fn convert_gguf(gguf: &Path, out: &Path) -> Result<usize> {
 
 /// Writes a Hugging Face model folder as `options` say: config.json (its
 /// `torch_dtype` the weights'), the weights (`model.safetensors`, or shards
-/// and their index), the tokenizer's files (with `chat_template.jinja`) and
+/// and their index; sparse layers' experts one tensor each, as on the Hub), the tokenizer's files (with `chat_template.jinja`) and
 /// generation_config.json. config.json is written last, so an interrupted
 /// write leaves no folder that looks complete.
 pub fn write_model_dir(
@@ -174,7 +174,7 @@ pub fn write_model_dir(
     });
     write_json("generation_config.json", &generation)?;
     tokenizer.save(out)?;
-    save_model_weights(out, tensors, options)?;
+    save_model_weights(out, &crate::experts::hub_layout(tensors)?, options)?;
     let mut config_json = config_json.clone();
     if let Some(fields) = config_json.as_object_mut() {
         fields.insert("torch_dtype".into(), options.dtype.torch_name().into());

@@ -260,15 +260,21 @@ impl Default for SaveOptions {
 /// Writes `tensors` into `dir` as `options` say: `model.safetensors`, or
 /// shards in name order (a tensor larger than a shard alone in its own)
 /// with `model.safetensors.index.json` (`metadata.total_size`, `weight_map`).
-pub fn save_model_weights(dir: &Path, tensors: &BTreeMap<String, HostTensor>, options: SaveOptions) -> Result<()> {
+pub fn save_model_weights<T: std::borrow::Borrow<HostTensor>>(
+    dir: &Path,
+    tensors: &BTreeMap<String, T>,
+    options: SaveOptions,
+) -> Result<()> {
     let size = |t: &HostTensor| t.data.len() as u64 * options.dtype.bytes();
-    let total: u64 = tensors.values().map(size).sum();
+    let total: u64 = tensors.values().map(|t| size(t.borrow())).sum();
     if total <= options.max_shard_bytes {
-        return write_file(&dir.join("model.safetensors"), tensors.iter(), options.dtype);
+        let all = tensors.iter().map(|(name, t)| (name, t.borrow()));
+        return write_file(&dir.join("model.safetensors"), all, options.dtype);
     }
     let mut shards: Vec<Vec<(&String, &HostTensor)>> = vec![Vec::new()];
     let mut filled = 0;
     for (name, tensor) in tensors {
+        let tensor = tensor.borrow();
         let last = shards.last_mut().expect("one shard at least");
         if !last.is_empty() && filled + size(tensor) > options.max_shard_bytes {
             shards.push(Vec::new());

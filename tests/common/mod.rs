@@ -169,3 +169,43 @@ pub fn assert_same_checkpoint(a: &Path, b: &Path) {
         assert!(x == y, "{file} differs between {} and {}", a.display(), b.display());
     }
 }
+
+/// The model crate's test fixtures.
+pub fn model_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("model/tests/fixtures")
+}
+
+/// The parity model of `family` with the tiny fixture tokenizer, in
+/// `dir/model` (merge writes the tokenizer into its folder; serving needs one).
+pub fn model_with_tokenizer(dir: &Path, family: &str) -> PathBuf {
+    let fixtures = model_fixtures();
+    let (base, model) = (fixtures.join("parity").join(family), dir.join("model"));
+    std::fs::create_dir(&model).unwrap();
+    for (from, name) in [
+        (&base, "config.json"),
+        (&base, "model.safetensors"),
+        (&fixtures.join("tokenizer/tiny"), "tokenizer.json"),
+        (&fixtures.join("tokenizer/tiny"), "tokenizer_config.json"),
+    ] {
+        std::fs::copy(from.join(name), model.join(name)).unwrap();
+    }
+    model
+}
+
+/// One HTTP/1.0 request to `addr` (JSON body when given); the status and body.
+pub fn http(addr: &str, method: &str, path: &str, body: Option<&serde_json::Value>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let (_, text) = answer.split_once("\r\n\r\n").unwrap();
+    (status, text.to_string())
+}

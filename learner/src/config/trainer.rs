@@ -44,6 +44,12 @@ pub struct TrainerSection {
     /// layer computed again; TRL's `gradient_checkpointing = true` too).
     #[serde(alias = "gradient_checkpointing")]
     pub activation_checkpointing: ActivationCheckpointing,
+    /// The load-balancing loss's coefficient for a mixture-of-experts
+    /// model (transformers' `router_aux_loss_coef`; 0 turns the loss off).
+    /// Default: the model's `router_aux_loss_coef` when its config sets
+    /// `output_router_logits`, else no loss. Refused for a model without
+    /// sparse layers.
+    pub router_aux_loss_coef: Option<f64>,
 }
 
 impl Default for TrainerSection {
@@ -58,6 +64,7 @@ impl Default for TrainerSection {
             parallelism: ParallelismKind::None,
             devices: 0,
             activation_checkpointing: ActivationCheckpointing::None,
+            router_aux_loss_coef: None,
         }
     }
 }

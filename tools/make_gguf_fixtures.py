@@ -4,7 +4,7 @@
 Run from the repository root:
 
     V="${GRPO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/grpo}/tools-venv"
-    python3 -m venv "$V" && "$V/bin/pip" install gguf==0.19.0 numpy==2.4.6
+    python3 -m venv "$V" && "$V/bin/pip" install gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0 tokenizers==0.22.1
     "$V/bin/python" tools/make_gguf_fixtures.py
 
 Writes, under model/tests/fixtures/gguf/:
@@ -15,6 +15,15 @@ Writes, under model/tests/fixtures/gguf/:
   blocks, gguf-py cannot quantize them).
 - unsupported.gguf: architecture qwen2, an IQ2_XXS tensor and a tensor whose
   ggml type id (99) exists nowhere.
+- qwen3_moe.gguf: the Qwen3-MoE parity model (model/tests/fixtures/parity/
+  qwen3_moe, written by tools/make_parity_fixtures.py) as llama.cpp's
+  converter lays out a `qwen3moe` file: stacked experts (`ffn_gate_exps`
+  `[experts, inner, hidden]`, up in F16, the rest F32), routers
+  (`ffn_gate_inp`), q/k norms, no router on the dense layer 1; and a
+  128-token byte-level BPE vocabulary with the `qwen2` pre-tokenizer.
+- qwen3_moe_tokens.json: texts and the ids Hugging Face `tokenizers` gives
+  them with that vocabulary and Qwen2's pre-tokenizer (its tokenizer.json's
+  Split regex, then bytes).
 - expected.json: the values gguf-py's own `dequantize` gives for every tensor
   of tiny.gguf (as f32 bit patterns, so the comparison is exact), the
   Hugging Face q_proj / k_proj after undoing llama.cpp's rotary permutation,
@@ -182,6 +191,104 @@ def expected_smollm2() -> dict:
     return out
 
 
+PARITY = OUT.parent / "parity" / "qwen3_moe"
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"), ("Ġ", "s")]
+TEXTS = ["the theater's 42 rain\n\n  on", "it is not a word: \t\tsnow, 7 tens", "she'll  see   them\r\n"]
+
+
+def byte_chars() -> list[str]:
+    """GPT-2's byte-to-character table (printable bytes as themselves)."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def qwen_vocabulary() -> tuple[list[str], list[str]]:
+    """128 tokens: the characters of bytes 0..119 (ASCII up to `w`), then
+    eight merges' results; and the merges."""
+    tokens = byte_chars()[:120] + ["".join(m) for m in MERGES]
+    assert len(set(tokens)) == 128
+    return tokens, [" ".join(m) for m in MERGES]
+
+
+def qwen_expected_ids(tokens: list[str], merges: list[str]) -> list[dict]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, Regex
+    vocab = {t: i for i, t in enumerate(tokens)}
+    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ")) for m in merges])
+    tokenizer = Tokenizer(bpe)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    out = []
+    for text in TEXTS:
+        assert all(ord(c) < 120 for c in text), text
+        out.append({"text": text, "ids": tokenizer.encode(text).ids})
+    return out
+
+
+def write_qwen3_moe() -> list[dict]:
+    from safetensors.numpy import load_file
+    cfg = json.loads((PARITY / "config.json").read_text())
+    hf = load_file(PARITY / "model.safetensors")
+    layers, experts = cfg["num_hidden_layers"], cfg["num_local_experts"]
+    tensors = {"token_embd.weight": (hf["model.embed_tokens.weight"], None),
+               "output_norm.weight": (hf["model.norm.weight"], None),
+               "output.weight": (hf["lm_head.weight"], None)}
+    parts = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+             "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp", "mlp.gate_proj": "ffn_gate",
+             "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    for layer in range(layers):
+        for hf_part, part in parts.items():
+            name = f"model.layers.{layer}.{hf_part}.weight"
+            if name in hf:
+                tensors[f"blk.{layer}.{part}.weight"] = (hf[name], None)
+        for proj, part in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
+                           ("down_proj", "ffn_down_exps")):
+            names = [f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight" for e in range(experts)]
+            if names[0] in hf:
+                stacked = np.stack([hf[n] for n in names])
+                if proj == "up_proj":
+                    stacked = stacked.astype(np.float16)
+                tensors[f"blk.{layer}.{part}.weight"] = (stacked, None)
+    assert "blk.1.ffn_gate_inp.weight" not in tensors and "blk.1.ffn_gate.weight" in tensors
+    tokens, merges = qwen_vocabulary()
+
+    def fill(w: GGUFWriter) -> None:
+        w.add_block_count(layers)
+        w.add_context_length(cfg["max_position_embeddings"])
+        w.add_embedding_length(cfg["hidden_size"])
+        w.add_feed_forward_length(cfg["intermediate_size"])
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w.add_head_count(cfg["num_attention_heads"])
+        w.add_head_count_kv(cfg["num_key_value_heads"])
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+        w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+        w.add_expert_count(experts)
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("qwen2")
+        w.add_token_list(tokens)
+        w.add_token_types([1] * len(tokens))
+        w.add_token_merges(merges)
+        w.add_eos_token_id(0)
+
+    write(OUT / "qwen3_moe.gguf", "qwen3moe", None, fill, tensors)
+    return qwen_expected_ids(tokens, merges)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tensors = tiny_tensors()
@@ -202,6 +309,9 @@ def main() -> None:
     assert int.from_bytes(data[at:at + 4], "little") == T.F32
     data[at:at + 4] = (99).to_bytes(4, "little")
     unsupported.write_bytes(data)
+
+    encoded = write_qwen3_moe()
+    (OUT / "qwen3_moe_tokens.json").write_text(json.dumps(encoded, ensure_ascii=False, indent=1) + "\n")
 
     expected = {"tensors": expected_tiny(OUT / "tiny.gguf"),
                 "hf_rotary": expected_hf_rotary(tensors),

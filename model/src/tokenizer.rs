@@ -9,12 +9,14 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tokenizers::SplitDelimiterBehavior;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
@@ -246,6 +248,10 @@ impl Tokenizer {
     }
 }
 
+/// The split of Qwen2's pre-tokenizer (its tokenizer.json's `Split` pattern).
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// The pre-tokenizer GGUF's `tokenizer.ggml.pre` names.
 fn gguf_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper> {
     let byte_level = ByteLevel::new(false, true, true);
@@ -256,8 +262,21 @@ fn gguf_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrapper> {
             byte_level.into(),
         ]))),
         None | Some("gpt2") => Ok(byte_level.into()),
+        // Qwen2's, Qwen2.5's and Qwen3's tokenizer.json: its own split, then bytes without GPT-2's regex.
+        Some("qwen2") => {
+            let split = Split::new(
+                SplitPattern::Regex(QWEN2_SPLIT.into()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| Error::Tokenizer(format!("the qwen2 pre-tokenizer: {e}")))?;
+            Ok(PreTokenizerWrapper::Sequence(Sequence::new(vec![
+                split.into(),
+                ByteLevel::new(false, false, false).into(),
+            ])))
+        }
         Some(other) => Err(Error::Tokenizer(format!(
-            "GGUF pre-tokenizer `{other}` is not supported (supported: smollm, gpt2)"
+            "GGUF pre-tokenizer `{other}` is not supported (supported: smollm, gpt2, qwen2)"
         ))),
     }
 }

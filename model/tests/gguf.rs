@@ -7,7 +7,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use grpo_model::Error;
+use grpo_model::decoder::Decoder;
 use grpo_model::gguf::{GgmlType, GgufFile, MetadataValue, ValueType, hf_config_json, hf_tensor_f32, hf_tensor_name};
+use grpo_model::pretrained::Pretrained;
+use grpo_model::weights::WeightSource;
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> PathBuf {
@@ -531,6 +534,77 @@ fn refuses_other_architectures() {
             }
             other => panic!("expected a config error, got `{other}`"),
         }
+    }
+}
+
+// ---------------------------------------------------------------- Qwen3-MoE
+
+/// The Qwen3-MoE parity model's folder (the GGUF fixture's source).
+fn qwen3_moe_parity() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity/qwen3_moe")
+}
+
+#[test]
+fn a_qwen3moe_file_is_the_hugging_face_model_it_came_from() {
+    let gguf = Pretrained::open_gguf(&fixture("qwen3_moe.gguf")).unwrap();
+    let hf = Pretrained::open_dir(&qwen3_moe_parity()).unwrap();
+    // The same model, up to what a GGUF file does not record.
+    let mut config = gguf.config.clone();
+    assert_eq!(config.eos_token_ids, [0]);
+    config.eos_token_ids.clear();
+    let experts = config.experts.as_mut().unwrap();
+    assert!(
+        !experts.output_router_logits,
+        "training settings are not in a GGUF file"
+    );
+    experts.router_aux_loss_coef = hf.config.experts.as_ref().unwrap().router_aux_loss_coef;
+    assert_eq!(config, hf.config);
+    assert_eq!(gguf.config.experts_of(1), None, "layer 1 has no router: dense");
+
+    let decoder = Decoder::new(gguf.config.clone());
+    for spec in decoder.parameters() {
+        let (got, want) = (
+            gguf.weights.tensor(&spec.name).unwrap(),
+            hf.weights.tensor(&spec.name).unwrap(),
+        );
+        assert_eq!(got.dims, spec.dims, "{}", spec.name);
+        // The up projections are stored in F16.
+        let want: Vec<f32> = if spec.name.ends_with("experts.up_proj") {
+            want.data.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+        } else {
+            want.data
+        };
+        assert_eq!(got.data, want, "{}", spec.name);
+    }
+
+    // Qwen2's pre-tokenizer splits as Hugging Face `tokenizers` does.
+    let tokenizer = gguf.tokenizer.unwrap();
+    let cases: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("qwen3_moe_tokens.json")).unwrap()).unwrap();
+    for case in cases.as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = u32s(&case["ids"]);
+        assert_eq!(tokenizer.encode(text, false).unwrap(), want, "{text:?}");
+    }
+}
+
+#[test]
+fn a_converted_qwen3moe_file_holds_experts_as_the_hub_does() {
+    let out = tempfile::tempdir().unwrap();
+    let folder = out.path().join("converted");
+    grpo_model::pretrained::convert_gguf(&fixture("qwen3_moe.gguf"), &folder).unwrap();
+    let converted = grpo_model::weights::Safetensors::open_dir(&folder).unwrap();
+    let names = converted.names();
+    assert!(names.contains(&"model.layers.2.mlp.experts.3.down_proj.weight".to_string()));
+    assert!(!names.iter().any(|n| n.ends_with("experts.down_proj")), "{names:?}");
+    let back = Pretrained::open_dir(&folder).unwrap();
+    let gguf = Pretrained::open_gguf(&fixture("qwen3_moe.gguf")).unwrap();
+    for spec in Decoder::new(back.config.clone()).parameters() {
+        let (a, b) = (
+            back.weights.tensor(&spec.name).unwrap(),
+            gguf.weights.tensor(&spec.name).unwrap(),
+        );
+        assert_eq!(a, b, "{}", spec.name);
     }
 }
 

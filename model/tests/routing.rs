@@ -44,7 +44,11 @@ fn sets(choices: &[i32], layers: usize, tokens: usize, k: usize) -> Vec<Vec<Vec<
     (0..layers)
         .map(|_| {
             (0..ROWS)
-                .map(|_| (0..tokens).map(|_| chunks.next().unwrap().iter().copied().collect()).collect())
+                .map(|_| {
+                    (0..tokens)
+                        .map(|_| chunks.next().unwrap().iter().copied().collect())
+                        .collect()
+                })
                 .collect()
         })
         .collect()
@@ -62,7 +66,7 @@ fn scoring_routes(client: &Client, decoder: &Decoder, weights: &[Buffer]) -> Vec
     let device = client.device(0).unwrap();
     let ids = client.buffer_from_host(&rows().concat(), &dims, device).unwrap();
     let mask = client
-        .buffer_from_host(&vec![Pred::from(true); ROWS * LENGTH], &dims, device)
+        .buffer_from_host(&[Pred::from(true); ROWS * LENGTH], &dims, device)
         .unwrap();
     let mut args: Vec<&Buffer> = weights.iter().collect();
     args.extend([&ids, &mask]);
@@ -149,7 +153,11 @@ fn mismatch_rate(dtype: ElementType) -> f64 {
         }
         start += tokens;
     }
-    assert_eq!(compared, layers * ROWS * LENGTH, "every token of every sparse layer compared");
+    assert_eq!(
+        compared,
+        layers * ROWS * LENGTH,
+        "every token of every sparse layer compared"
+    );
     let rate = differing as f64 / compared as f64;
     println!("{dtype} engine vs f32 scoring forward: {differing} of {compared} routings differ ({rate:.3})");
     rate

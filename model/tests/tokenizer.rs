@@ -337,7 +337,7 @@ fn unsupported_gguf_specs_are_errors_naming_the_cause() {
         }
     };
     fails_with(|s| s.model = "llama".into(), "`llama`");
-    fails_with(|s| s.pre = Some("qwen2".into()), "`qwen2`");
+    fails_with(|s| s.pre = Some("deepseek-llm".into()), "`deepseek-llm`");
     fails_with(|s| s.merges = vec!["ab".into()], "`ab`");
     fails_with(|s| s.merges = vec!["a zz".into()], "vocabulary");
     fails_with(|s| s.eos_id = Some(10), "eos token id 10");

@@ -1,4 +1,4 @@
-//! `grpo init-model --family llama|mistral|phi3|qwen2|qwen3|gemma2|gemma3_text --preset tiny --out DIR`: a
+//! `grpo init-model --family llama|mistral|phi3|qwen2|qwen3|qwen3_moe|gemma2|gemma3_text --preset tiny --out DIR`: a
 //! random model folder (config, safetensors, the bundled tokenizer or the one
 //! `--tokenizer` names) for tests and experiments; transformers loads it too.
 

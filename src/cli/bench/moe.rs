@@ -6,7 +6,7 @@
 //! their ratio, and the largest difference between the two outputs.
 
 use anyhow::bail;
-use grpo_model::moe::{ExpertProduct, ExpertWeights, blocks, route, sparse_mlp};
+use grpo_model::moe::{ExpertProduct, ExpertWeights, blocks, grouped_experts, route, sparse_mlp};
 use grpo_xla::trace::{Graph, Tensor, grad};
 use grpo_xla::{Buffer, Client, Device, ElementType, Executable};
 use half::bf16;
@@ -35,6 +35,9 @@ pub struct MoeArgs {
     /// Experts each token is routed to.
     #[arg(long, default_value_t = 2)]
     top_k: usize,
+    /// Rows per expert block of the grouped product (a power of two; default: the cost model's choice).
+    #[arg(long)]
+    block: Option<i64>,
     /// Tokens and weights dtype: f32 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
@@ -84,7 +87,10 @@ pub fn run(args: &MoeArgs) -> anyhow::Result<()> {
     let args_of: Vec<&Buffer> = inputs.iter().collect();
 
     let assignments = n * args.top_k as i64;
-    let block = grpo_model::moe::block_rows(assignments, e);
+    let block = args.block.unwrap_or(grpo_model::moe::block_rows(assignments, e));
+    if block < 1 {
+        bail!("--block must be at least 1");
+    }
     let case = format!(
         "{n} tokens × {h} → {e} experts of {i} (top {}), {}; grouped in {} blocks of {block} rows",
         args.top_k,
@@ -93,7 +99,7 @@ pub fn run(args: &MoeArgs) -> anyhow::Result<()> {
     );
     let mut results = Vec::new();
     for product in [ExpertProduct::Grouped, ExpertProduct::Dense] {
-        let executable = compile(&client, &shapes, dtype, args.top_k, product)?;
+        let executable = compile(&client, &shapes, dtype, args.top_k, (product, block))?;
         let out = executable.execute(&args_of)?;
         let first: Vec<f32> = out[0].to_host::<f32>()?;
         let timings = args.timing.measure(|| {
@@ -137,7 +143,7 @@ fn compile(
     shapes: &[Vec<i64>; 5],
     dtype: ElementType,
     top_k: usize,
-    product: ExpertProduct,
+    (product, block): (ExpertProduct, i64),
 ) -> anyhow::Result<Executable> {
     let graph = Graph::new("moe_layer");
     let params = shapes
@@ -150,7 +156,11 @@ fn compile(
         up: &params[3],
         down: &params[4],
     };
-    let out = sparse_mlp(&params[0], &routing, &weights, product)?.convert(ElementType::F32)?;
+    let out = match product {
+        ExpertProduct::Grouped => grouped_experts(&params[0], &routing, &weights, block)?,
+        _ => sparse_mlp(&params[0], &routing, &weights, product)?,
+    }
+    .convert(ElementType::F32)?;
     let loss = out.square()?.sum_all()?.mul_scalar(0.5)?;
     let wrt: Vec<&Tensor> = params.iter().collect();
     let grads = grad(&loss, &wrt)?;

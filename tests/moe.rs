@@ -1,7 +1,8 @@
 //! A mixture-of-experts model (Qwen3-MoE) end to end: `grpo init-model`
 //! writes its experts as the Hub holds them; `grpo run` and `grpo sft`
 //! train it, adding the load-balancing loss only when asked and logging it
-//! as `aux_loss`; their final folders load again; `grpo serve` decodes
+//! as `aux_loss`, the same with the experts split over two devices (FSDP);
+//! their final folders load again; `grpo serve` decodes
 //! greedily the tokens transformers' `generate` does.
 
 mod common;
@@ -35,8 +36,9 @@ fn tensor_names(model: &Path) -> Vec<String> {
     file.names().into_iter().map(String::from).collect()
 }
 
-/// A GRPO config over `model` with `trainer` keys added: 4 samples a step
-/// in micro-batches of 2, so each step accumulates two.
+/// A GRPO config over `model` with `trainer` keys added: 4 samples a step,
+/// one a row, in micro-batches of 2, so each step accumulates two (on one
+/// device or two: the load-balancing loss depends on how rows are grouped).
 fn grpo_config(dir: &Path, model: &Path, trainer: &str) -> PathBuf {
     let rows: String = (0..8)
         .map(|i| format!("{{\"prompt\": \"Say {i}:\", \"answer\": \"{i}\"}}\n"))
@@ -44,14 +46,14 @@ fn grpo_config(dir: &Path, model: &Path, trainer: &str) -> PathBuf {
     std::fs::write(dir.join("data.jsonl"), rows).unwrap();
     let config = dir.join("config.toml");
     let text = format!(
-        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 0\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\ndtype = \"f32\"\nseed = 3\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmax_steps = 2\nmicro_batch_size = 2\ncompute_dtype = \"f32\"\neval_every = 0\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"length\"\nmax_tokens = 4\noverlong_buffer = 4\n"
+        "[model]\nname = {model:?}\n\n[data]\npath = \"data.jsonl\"\neval_size = 0\n\n[rollout]\ngroup_size = 2\nprompts_per_step = 2\nmax_completion_tokens = 4\nmax_model_len = 32\ndtype = \"f32\"\nseed = 3\n\n[optimizer]\nlr = 1e-3\n\n[trainer]\nmax_steps = 2\nmicro_batch_size = 2\nshare_prompts = false\ncompute_dtype = \"f32\"\neval_every = 0\n{trainer}\n\n[logging]\nout = \"out\"\n\n[[reward]]\ntype = \"regex\"\npattern = \"^ [a-m]\"\n"
     );
     std::fs::write(&config, text).unwrap();
     config
 }
 
 #[test]
-fn grpo_adds_the_load_balancing_loss_only_when_asked_and_saves_hub_experts() {
+fn grpo_adds_the_load_balancing_loss_only_when_asked_shards_experts_and_saves_hub_experts() {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_moe(dir.path());
     let names = tensor_names(&model);
@@ -62,17 +64,31 @@ fn grpo_adds_the_load_balancing_loss_only_when_asked_and_saves_hub_experts() {
         "no stacked tensors"
     );
 
-    let step = |coef: &str| {
-        let run = dir.path().join(coef);
+    let step = |name: &str, trainer: &str, flags: &[&str]| {
+        let run = dir.path().join(name);
         std::fs::create_dir(&run).unwrap();
-        let config = grpo_config(&run, &model, &format!("router_aux_loss_coef = {coef}"));
-        run_ok(&["run", config.to_str().unwrap()]);
+        let config = grpo_config(&run, &model, trainer);
+        run_ok(&[&["run", config.to_str().unwrap()], flags].concat());
         (lines(&run.join("out/metrics.jsonl")), run)
     };
-    let (without, _) = step("0");
-    let (with, run) = step("1.0");
+    let (without, _) = step("off", "router_aux_loss_coef = 0", &[]);
+    let (with, run) = step("on", "router_aux_loss_coef = 1.0", &[]);
+    // The experts' stacks split over two devices along the expert axis.
+    let fsdp = "router_aux_loss_coef = 1.0\nparallelism = \"fsdp\"";
+    let (sharded, _) = step("fsdp", fsdp, &["--cpu-devices", "2"]);
+    for key in ["loss", "aux_loss", "grad_norm"] {
+        let (a, b) = (with[0][key].as_f64().unwrap(), sharded[0][key].as_f64().unwrap());
+        assert!(
+            (a - b).abs() <= 1e-4 * a.abs(),
+            "{key}: one device {a}, FSDP over two {b}"
+        );
+    }
     for (a, b) in without.iter().zip(&with).take(1) {
         assert_eq!(a["reward"], b["reward"], "the same first rollouts");
+        assert!(
+            a["reward_std"].as_f64().unwrap() > 0.0,
+            "rewards that differ: a policy loss too"
+        );
         assert!(a.get("aux_loss").is_none(), "no balance loss at coefficient 0: {a}");
         let balance = b["aux_loss"].as_f64().unwrap();
         // 2 for a router that spreads tokens evenly over the experts, 8 at worst.

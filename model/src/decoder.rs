@@ -752,10 +752,7 @@ impl Decoder {
     /// ([`Decoder::token_logprobs`]'s), `[sparse layers, B, T, k]` (s32).
     /// A model without sparse layers is refused.
     pub fn expert_choices(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
-        let positions = ones.cumsum(1, false)?.sub(&ones)?;
-        let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
-        let (_, routings) = self.masked_forward(tensors, ids, &positions, &masks)?;
+        let (_, routings) = self.scoring_forward(tensors, ids, mask)?;
         stacked_choices(&routings, ids.dims())
     }
 
@@ -859,6 +856,16 @@ impl Decoder {
         self.stack(tensors, ids, positions, |w, layer, x, rotary| {
             self.layer(w, layer, x, rotary, |q, k, v| attend(layer, q, k, v))
         })
+    }
+
+    /// The stack over rows `ids` whose real tokens `mask` marks, each
+    /// attending to the real tokens at or before it, at positions counted
+    /// over the real tokens (left and right padding both work).
+    fn scoring_forward(&self, tensors: &[Tensor], ids: &Tensor, mask: &Tensor) -> Result<(Tensor, Vec<Routing>)> {
+        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
+        let positions = ones.cumsum(1, false)?.sub(&ones)?;
+        let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
+        self.masked_forward(tensors, ids, &positions, &masks)
     }
 
     /// [`Decoder::forward`] attending within `masks`; with
@@ -1037,10 +1044,7 @@ impl Decoder {
                 message: format!("cannot score the last {last} of {t} tokens (1 ≤ last < T)"),
             });
         }
-        let ones = mask.select(&ids.ones_like()?, &ids.zeros_like()?)?;
-        let positions = ones.cumsum(1, false)?.sub(&ones)?;
-        let masks = Masks::new(&self.config, causal_mask(mask)?, &positions, &positions)?;
-        let (hidden, routings) = self.masked_forward(tensors, ids, &positions, &masks)?;
+        let (hidden, routings) = self.scoring_forward(tensors, ids, mask)?;
         // Hidden states at positions s − 1 … T − 2 predict tokens s … T − 1.
         let first = t - last;
         let scoring = hidden.slice_axis(1, first - 1, t - 1)?;

@@ -13,15 +13,17 @@ Writes, under model/tests/fixtures/gguf/:
   grpo dequantizes (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 quantized by
   gguf-py; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS as random raw
   blocks, gguf-py cannot quantize them).
-- unsupported.gguf: architecture qwen2, an IQ2_XXS tensor and a tensor whose
+- unsupported.gguf: architecture falcon, an IQ2_XXS tensor and a tensor whose
   ggml type id (99) exists nowhere.
-- qwen3_moe.gguf: the Qwen3-MoE parity model (model/tests/fixtures/parity/
-  qwen3_moe, written by tools/make_parity_fixtures.py) as llama.cpp's
-  converter lays out a `qwen3moe` file: stacked experts (`ffn_gate_exps`
-  `[experts, inner, hidden]`, up in F16, the rest F32), routers
-  (`ffn_gate_inp`), q/k norms, no router on the dense layer 1; and a
-  128-token byte-level BPE vocabulary with the `qwen2` pre-tokenizer.
-- qwen3_moe_tokens.json: texts and the ids Hugging Face `tokenizers` gives
+- qwen2.gguf, qwen3.gguf, qwen3_moe.gguf: the Qwen2, Qwen3 and Qwen3-MoE
+  parity models (model/tests/fixtures/parity/, written by
+  tools/make_parity_fixtures.py) as llama.cpp's converter lays out `qwen2`,
+  `qwen3` and `qwen3moe` files: q/k/v biases (qwen2), q/k norms (qwen3,
+  qwen3moe), stacked experts (`ffn_gate_exps` `[experts, inner, hidden]`,
+  up in F16, the rest F32) and routers (`ffn_gate_inp`), no router on
+  qwen3moe's dense layer 1; each with a 128-token byte-level BPE
+  vocabulary and the `qwen2` pre-tokenizer.
+- qwen_tokens.json: texts and the ids Hugging Face `tokenizers` gives
   them with that vocabulary and Qwen2's pre-tokenizer (its tokenizer.json's
   Split regex, then bytes).
 - expected.json: the values gguf-py's own `dequantize` gives for every tensor
@@ -191,7 +193,9 @@ def expected_smollm2() -> dict:
     return out
 
 
-PARITY = OUT.parent / "parity" / "qwen3_moe"
+PARITY = OUT.parent / "parity"
+# Parity fixtures written as GGUF files: (parity folder, GGUF architecture).
+QWEN_FILES = [("qwen2", "qwen2"), ("qwen3", "qwen3"), ("qwen3_moe", "qwen3moe")]
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"), ("Ġ", "s")]
@@ -235,14 +239,17 @@ def qwen_expected_ids(tokens: list[str], merges: list[str]) -> list[dict]:
     return out
 
 
-def write_qwen3_moe() -> list[dict]:
+def write_qwen(family: str, arch: str) -> None:
+    """The parity model of `family` as llama.cpp's converter lays out an
+    `arch` file (F32; a sparse layer's up experts in F16)."""
     from safetensors.numpy import load_file
-    cfg = json.loads((PARITY / "config.json").read_text())
-    hf = load_file(PARITY / "model.safetensors")
-    layers, experts = cfg["num_hidden_layers"], cfg["num_local_experts"]
+    cfg = json.loads((PARITY / family / "config.json").read_text())
+    hf = load_file(PARITY / family / "model.safetensors")
+    layers, experts = cfg["num_hidden_layers"], cfg.get("num_local_experts", 0)
     tensors = {"token_embd.weight": (hf["model.embed_tokens.weight"], None),
-               "output_norm.weight": (hf["model.norm.weight"], None),
-               "output.weight": (hf["lm_head.weight"], None)}
+               "output_norm.weight": (hf["model.norm.weight"], None)}
+    if "lm_head.weight" in hf:
+        tensors["output.weight"] = (hf["lm_head.weight"], None)
     parts = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
@@ -250,18 +257,21 @@ def write_qwen3_moe() -> list[dict]:
              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
     for layer in range(layers):
         for hf_part, part in parts.items():
-            name = f"model.layers.{layer}.{hf_part}.weight"
-            if name in hf:
-                tensors[f"blk.{layer}.{part}.weight"] = (hf[name], None)
+            for suffix in ("weight", "bias"):
+                name = f"model.layers.{layer}.{hf_part}.{suffix}"
+                if name in hf:
+                    tensors[f"blk.{layer}.{part}.{suffix}"] = (hf[name], None)
         for proj, part in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
                            ("down_proj", "ffn_down_exps")):
             names = [f"model.layers.{layer}.mlp.experts.{e}.{proj}.weight" for e in range(experts)]
-            if names[0] in hf:
+            if names and names[0] in hf:
                 stacked = np.stack([hf[n] for n in names])
                 if proj == "up_proj":
                     stacked = stacked.astype(np.float16)
                 tensors[f"blk.{layer}.{part}.weight"] = (stacked, None)
-    assert "blk.1.ffn_gate_inp.weight" not in tensors and "blk.1.ffn_gate.weight" in tensors
+    # Every tensor written once, a sparse layer's experts as three stacks.
+    sparse = sum(f"model.layers.{layer}.mlp.gate.weight" in hf for layer in range(layers))
+    assert len(tensors) == len(hf) - sparse * (experts * 3 - 3), (family, len(tensors))
     tokens, merges = qwen_vocabulary()
 
     def fill(w: GGUFWriter) -> None:
@@ -269,15 +279,17 @@ def write_qwen3_moe() -> list[dict]:
         w.add_context_length(cfg["max_position_embeddings"])
         w.add_embedding_length(cfg["hidden_size"])
         w.add_feed_forward_length(cfg["intermediate_size"])
-        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
         w.add_head_count(cfg["num_attention_heads"])
         w.add_head_count_kv(cfg["num_key_value_heads"])
-        w.add_key_length(cfg["head_dim"])
-        w.add_value_length(cfg["head_dim"])
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
         w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
         w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-        w.add_expert_count(experts)
-        w.add_expert_used_count(cfg["num_experts_per_tok"])
+        if experts:
+            w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+            w.add_expert_count(experts)
+            w.add_expert_used_count(cfg["num_experts_per_tok"])
         w.add_tokenizer_model("gpt2")
         w.add_tokenizer_pre("qwen2")
         w.add_token_list(tokens)
@@ -285,8 +297,7 @@ def write_qwen3_moe() -> list[dict]:
         w.add_token_merges(merges)
         w.add_eos_token_id(0)
 
-    write(OUT / "qwen3_moe.gguf", "qwen3moe", None, fill, tensors)
-    return qwen_expected_ids(tokens, merges)
+    write(OUT / f"{family}.gguf", arch, None, fill, tensors)
 
 
 def main() -> None:
@@ -295,7 +306,7 @@ def main() -> None:
     write(OUT / "tiny.gguf", "llama", 64, add_metadata, tensors)
 
     unsupported = OUT / "unsupported.gguf"
-    write(unsupported, "qwen2", None, lambda w: None, {
+    write(unsupported, "falcon", None, lambda w: None, {
         "t.iq2_xxs": (random_blocks(1, 66, [0]), T.IQ2_XXS),
         "t.unknown": (np.zeros((1, 8), dtype=np.float32), None),
     })
@@ -310,8 +321,10 @@ def main() -> None:
     data[at:at + 4] = (99).to_bytes(4, "little")
     unsupported.write_bytes(data)
 
-    encoded = write_qwen3_moe()
-    (OUT / "qwen3_moe_tokens.json").write_text(json.dumps(encoded, ensure_ascii=False, indent=1) + "\n")
+    for family, arch in QWEN_FILES:
+        write_qwen(family, arch)
+    encoded = qwen_expected_ids(*qwen_vocabulary())
+    (OUT / "qwen_tokens.json").write_text(json.dumps(encoded, ensure_ascii=False, indent=1) + "\n")
 
     expected = {"tensors": expected_tiny(OUT / "tiny.gguf"),
                 "hf_rotary": expected_hf_rotary(tensors),

@@ -1,13 +1,13 @@
-//! GGUF files of the `llama` and `qwen3moe` architectures as Hugging Face
-//! checkpoints: tensor names, the row order of the rotary projections, and
-//! `config.json`.
+//! GGUF files of the `llama`, `qwen2`, `qwen3` and `qwen3moe`
+//! architectures as Hugging Face checkpoints: tensor names, the row order
+//! of the rotary projections, and `config.json`.
 //!
 //! For `llama`, llama.cpp's converter reorders the rows of `attn_q` /
 //! `attn_k` for its rotary layout (interleaved pairs); Hugging Face rotates
 //! the two halves of each head. Per weight, Hugging Face order is
 //! `reshape(heads, head_dim/2, 2, in) → swap axes 1 and 2 → reshape(out,
-//! in)` of the GGUF rows. `qwen3moe` rotates halves as Hugging Face does
-//! (NeoX style): its rows stay. Its experts are stored stacked
+//! in)` of the GGUF rows. The Qwen files rotate halves as Hugging Face does
+//! (NeoX style): their rows stay. `qwen3moe`'s experts are stored stacked
 //! (`blk.N.ffn_gate_exps` `[experts, inner, hidden]`), as the decoder holds
 //! them (`model.layers.N.mlp.experts.gate_proj`, see [`crate::experts`]);
 //! the layers with a router (`ffn_gate_inp`) are the sparse ones, and
@@ -49,6 +49,10 @@ const EXPERT_NAMES: [(&str, &str); 3] = [
 enum Arch {
     /// `llama` (Llama, SmolLM2): rotary rows permuted.
     Llama,
+    /// `qwen2` (Qwen2, Qwen2.5): q/k/v biases.
+    Qwen2,
+    /// `qwen3` (Qwen3 dense): q/k norms.
+    Qwen3,
     /// `qwen3moe` (Qwen3-MoE): q/k norms, routers and stacked experts.
     Qwen3Moe,
 }
@@ -58,11 +62,13 @@ impl Arch {
     fn of(file: &GgufFile) -> Result<Arch> {
         match file.get_str("general.architecture")? {
             "llama" => Ok(Arch::Llama),
+            "qwen2" => Ok(Arch::Qwen2),
+            "qwen3" => Ok(Arch::Qwen3),
             "qwen3moe" => Ok(Arch::Qwen3Moe),
             other => Err(config_error(
                 file,
                 "general.architecture",
-                &format!("is `{other}`; grpo maps `llama` and `qwen3moe` GGUF files to Hugging Face"),
+                &format!("is `{other}`; grpo maps `llama`, `qwen2`, `qwen3` and `qwen3moe` GGUF files to Hugging Face"),
             )),
         }
     }
@@ -71,6 +77,8 @@ impl Arch {
     fn key(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Qwen3Moe => "qwen3moe",
         }
     }
@@ -128,7 +136,7 @@ pub fn hf_tensor_f32(file: &GgufFile, gguf_name: &str) -> Result<HfTensor> {
     let (dims, data) = file.tensor_f32(gguf_name)?;
     let permuted = match arch {
         Arch::Llama => rotary_heads(file, gguf_name)?,
-        Arch::Qwen3Moe => None,
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => None,
     };
     let data = match permuted {
         None => data,
@@ -141,8 +149,8 @@ pub fn hf_tensor_f32(file: &GgufFile, gguf_name: &str) -> Result<HfTensor> {
     Ok(HfTensor { name, dims, data })
 }
 
-/// A Hugging Face `config.json` (`LlamaForCausalLM` or
-/// `Qwen3MoeForCausalLM`) from the metadata of a GGUF file. Embeddings are
+/// A Hugging Face `config.json` (`LlamaForCausalLM`, `Qwen2ForCausalLM`,
+/// `Qwen3ForCausalLM` or `Qwen3MoeForCausalLM`) from the metadata of a GGUF file. Embeddings are
 /// tied when the file has no `output.weight`.
 pub fn hf_config_json(file: &GgufFile) -> Result<Value> {
     let arch = Arch::of(file)?;
@@ -189,9 +197,14 @@ pub fn hf_config_json(file: &GgufFile) -> Result<Value> {
     });
     let fields = config.as_object_mut().expect("an object");
     match arch {
-        Arch::Llama => {
-            fields.insert("architectures".into(), json!(["LlamaForCausalLM"]));
-            fields.insert("model_type".into(), "llama".into());
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+            let (architecture, model_type) = match arch {
+                Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+                Arch::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
+                _ => ("LlamaForCausalLM", "llama"),
+            };
+            fields.insert("architectures".into(), json!([architecture]));
+            fields.insert("model_type".into(), model_type.into());
             fields.insert(
                 "intermediate_size".into(),
                 file.get_u32(&key("feed_forward_length"))?.into(),

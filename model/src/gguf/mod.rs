@@ -1,6 +1,7 @@
 //! GGUF, llama.cpp's model file: a memory-mapped reader with typed metadata,
-//! dequantization of the common ggml types to f32, and the mapping of llama
-//! files to Hugging Face names, layouts and `config.json`.
+//! dequantization of the common ggml types to f32, and the mapping of
+//! `llama`, `qwen2`, `qwen3` and `qwen3moe` files to Hugging Face names,
+//! layouts and `config.json`.
 
 mod dequant;
 mod hf;

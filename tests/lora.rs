@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{grpo_installed, http, listening_address, logprobs, model_fixtures, model_with_tokenizer, stdout};
+use common::{grpo_installed, http, logprobs, model_fixtures, model_with_tokenizer, stdout};
 use grpo_model::weights::{Safetensors, WeightSource};
 
 /// The parity inputs as `grpo logprobs` lines (each row's real tokens: the
@@ -175,13 +175,7 @@ fn serve_with_lora_modules_serves_the_adapter_by_name() {
     }
 
     let args = serve(&["--enable-lora", "--lora-modules", module.as_str()]);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args(&args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = listening_address(&mut child);
+    let (server, addr) = common::serve(&args[1..]);
     let (status, models) = http(&addr, "GET", "/v1/models", None);
     let models: serde_json::Value = serde_json::from_str(&models).unwrap();
     assert_eq!(status, 200);
@@ -197,6 +191,5 @@ fn serve_with_lora_modules_serves_the_adapter_by_name() {
     let (tuned, base) = (ask(&models["data"][1]["id"]), ask(&models["data"][0]["id"]));
     assert_eq!(tuned["model"], "tuned");
     assert_ne!(tuned["choices"][0]["token_ids"], base["choices"][0]["token_ids"]);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(server);
 }

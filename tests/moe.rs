@@ -9,9 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{
-    grpo_installed, http, lines, listening_address, logprobs, model_fixtures, model_with_tokenizer, run_ok, stdout,
-};
+use common::{grpo_installed, http, lines, logprobs, model_fixtures, model_with_tokenizer, run_ok, stdout};
 use grpo_model::weights::{Safetensors, WeightSource};
 
 /// A random tiny Qwen3-MoE (8 experts, 2 per token, every layer sparse) in `dir/moe`.
@@ -178,21 +176,8 @@ fn serve_decodes_the_tokens_transformers_generates() {
         .iter()
         .map(|&t| t as u64)
         .collect();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_grpo"))
-        .args([
-            "serve",
-            "--model",
-            model.to_str().unwrap(),
-            "--port",
-            "0",
-            "--max-model-len",
-            "64",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = listening_address(&mut child);
+    let model = model.to_str().unwrap();
+    let (server, addr) = common::serve(&["--model", model, "--port", "0", "--max-model-len", "64"]);
     let (_, models) = http(&addr, "GET", "/v1/models", None);
     let models: serde_json::Value = serde_json::from_str(&models).unwrap();
     let name = models["data"][0]["id"].clone();
@@ -205,8 +190,7 @@ fn serve_decodes_the_tokens_transformers_generates() {
         answer["choices"][0].clone()
     };
     let answer = ask(serde_json::json!([5, 17, 99]));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(server);
     let ids: Vec<u64> = answer["token_ids"]
         .as_array()
         .unwrap()

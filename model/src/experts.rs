@@ -28,11 +28,6 @@ fn stacked_parts(name: &str) -> Option<(&str, &str)> {
     (prefix.ends_with(".mlp.experts") && PROJECTIONS.contains(&projection)).then_some((prefix, projection))
 }
 
-/// Whether `name` is a stacked expert tensor (`model.layers.N.mlp.experts.down_proj`).
-pub fn is_stacked(name: &str) -> bool {
-    stacked_parts(name).is_some()
-}
-
 /// The stacked expert tensor `name` assembled from what a checkpoint holds:
 /// `read(name)` gives a tensor the checkpoint has under that name (`None`
 /// when it has none). Tries the one-tensor-per-expert layout (experts

@@ -43,21 +43,31 @@ pub fn upload_tensors(
                     message: format!("has shape {:?}, the config needs {:?}", tensor.dims, spec.dims),
                 });
             }
-            let dims = tensor.dims_i64();
-            let buffer = match dtype {
-                ElementType::F32 => client.buffer_from_host(&tensor.data, &dims, device)?,
-                ElementType::Bf16 => {
-                    let values: Vec<bf16> = tensor.data.iter().map(|&v| bf16::from_f32(v)).collect();
-                    client.buffer_from_host(&values, &dims, device)?
-                }
-                other => {
-                    return Err(Error::Config {
-                        field: "dtype".to_string(),
-                        message: format!("parameters can be f32 or bf16, not {other}"),
-                    });
-                }
-            };
-            Ok(buffer)
+            upload_values(client, device, &tensor.data, &tensor.dims_i64(), dtype)
         })
         .collect()
+}
+
+/// `values` of dimensions `dims` on `device` as `dtype`: f32 as they are,
+/// bf16 rounded to nearest even; other dtypes are refused.
+pub fn upload_values(
+    client: &Client,
+    device: &Device,
+    values: &[f32],
+    dims: &[i64],
+    dtype: ElementType,
+) -> Result<Buffer> {
+    Ok(match dtype {
+        ElementType::F32 => client.buffer_from_host(values, dims, device)?,
+        ElementType::Bf16 => {
+            let halves: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+            client.buffer_from_host(&halves, dims, device)?
+        }
+        other => {
+            return Err(Error::Config {
+                field: "dtype".to_string(),
+                message: format!("parameters can be f32 or bf16, not {other}"),
+            });
+        }
+    })
 }

@@ -226,7 +226,6 @@ pub fn dense_experts(x: &Tensor, routing: &Routing, w: &ExpertWeights<'_>) -> Re
 /// (`load_balancing_loss_func` with an attention mask): per expert, the
 /// real tokens' assignments and router probabilities, and the real tokens.
 pub struct Balance {
-    experts: i64,
     assigned: Tensor,
     probability: Tensor,
     tokens: Tensor,
@@ -252,7 +251,6 @@ impl Balance {
             &graph.full(0.0, ElementType::F32, hits.dims())?,
         )?;
         Ok(Balance {
-            experts,
             assigned: counted.sum(&[0, 1])?,
             probability: weight.dot_general(&routing.probs, &[], &[], &[0], &[0])?,
             tokens: weight.sum_all()?,
@@ -262,7 +260,6 @@ impl Balance {
     /// These sums and `other`'s.
     pub fn add(&self, other: &Balance) -> Result<Balance> {
         Ok(Balance {
-            experts: self.experts,
             assigned: self.assigned.add(&other.assigned)?,
             probability: self.probability.add(&other.probability)?,
             tokens: self.tokens.add(&other.tokens)?,
@@ -276,6 +273,7 @@ impl Balance {
         let tokens = self.tokens.maximum(&self.tokens.scalar_like(1.0)?)?;
         let share = self.assigned.div(&tokens)?.stop_gradient()?;
         let mean_probability = self.probability.div(&tokens)?;
-        share.mul(&mean_probability)?.sum_all()?.mul_scalar(self.experts as f64)
+        let experts = self.assigned.dims()[0];
+        share.mul(&mean_probability)?.sum_all()?.mul_scalar(experts as f64)
     }
 }

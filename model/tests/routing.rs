@@ -14,7 +14,7 @@ use std::path::Path;
 use common::cpu_client;
 use grpo_model::config::ModelConfig;
 use grpo_model::decoder::Decoder;
-use grpo_model::load::upload_parameters;
+use grpo_model::load::{upload_parameters, upload_values};
 use grpo_model::weights::Safetensors;
 use grpo_xla::trace::{Graph, Tensor};
 use grpo_xla::{Buffer, Client, ElementType, Pred};
@@ -99,11 +99,7 @@ fn engine_routes(client: &Client, decoder: &Decoder, weights: &[Buffer], dtype: 
         .iter()
         .map(|ty| {
             let count = ty.dims.iter().product::<i64>() as usize;
-            match dtype {
-                ElementType::Bf16 => client.buffer_from_host(&vec![half::bf16::ZERO; count], &ty.dims, device),
-                _ => client.buffer_from_host(&vec![0f32; count], &ty.dims, device),
-            }
-            .unwrap()
+            upload_values(client, device, &vec![0.0; count], &ty.dims, dtype).unwrap()
         })
         .collect();
     let all = rows();

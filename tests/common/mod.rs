@@ -209,3 +209,27 @@ pub fn http(addr: &str, method: &str, path: &str, body: Option<&serde_json::Valu
     let (_, text) = answer.split_once("\r\n\r\n").unwrap();
     (status, text.to_string())
 }
+
+/// `grpo serve ARGS` (with `--port 0`) started in the background: the
+/// child (killed when dropped) and the address it listens on.
+pub fn serve<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_grpo"))
+        .arg("serve")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = listening_address(&mut child);
+    (Server(child), addr)
+}
+
+/// A running `grpo serve`, stopped when dropped.
+pub struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -6,10 +6,10 @@
 //! their ratio, and the largest difference between the two outputs.
 
 use anyhow::bail;
+use grpo_model::load::upload_values;
 use grpo_model::moe::{ExpertProduct, ExpertWeights, blocks, grouped_experts, route, sparse_mlp};
 use grpo_xla::trace::{Graph, Tensor, grad};
-use grpo_xla::{Buffer, Client, Device, ElementType, Executable};
-use half::bf16;
+use grpo_xla::{Buffer, Client, ElementType, Executable};
 use rand::Rng;
 
 use super::timing::TimingArgs;
@@ -81,7 +81,7 @@ pub fn run(args: &MoeArgs) -> anyhow::Result<()> {
             let scale = if k == 0 { 1.0 } else { 0.02 };
             let count: i64 = dims.iter().product();
             let values: Vec<f32> = (0..count).map(|_| scale * (rng.random::<f32>() * 2.0 - 1.0)).collect();
-            upload(&client, &device, &values, dims, dtype)
+            Ok(upload_values(&client, &device, &values, dims, dtype)?)
         })
         .collect::<anyhow::Result<Vec<Buffer>>>()?;
     let args_of: Vec<&Buffer> = inputs.iter().collect();
@@ -167,21 +167,4 @@ fn compile(
     let mut outputs = vec![&out];
     outputs.extend(grads.iter());
     Ok(graph.build(&outputs)?.compile(client)?)
-}
-
-/// `values` on `device` as `dtype` (f32 or bf16).
-fn upload(
-    client: &Client,
-    device: &Device,
-    values: &[f32],
-    dims: &[i64],
-    dtype: ElementType,
-) -> anyhow::Result<Buffer> {
-    Ok(match dtype {
-        ElementType::Bf16 => {
-            let halves: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
-            client.buffer_from_host(&halves, dims, device)?
-        }
-        _ => client.buffer_from_host(values, dims, device)?,
-    })
 }

@@ -2,11 +2,13 @@
 # Side-by-side: generation throughput of SmolLM2-135M-Instruct on CPU, grpo's
 # rollout engine (`grpo bench generate`) against transformers' `generate`
 # (bench/generate_torch.py) on the same prompt ids, dtype and batch sizes:
-# greedy, EOS ignored, prefill tokens/s and decode tokens/s per batch.
+# greedy (or sampled, --temperature), EOS ignored, prefill tokens/s and decode
+# tokens/s per batch.
 #
 #   bench/generate.sh [--rounds R] [--runs N] [--warmup W] [--batch 1,16,64]
 #                     [--prompt-tokens P] [--new-tokens T] [--dtypes f32,bf16]
-#                     [--threads T] [--loras N] [--lora-rank R] [--out FILE]
+#                     [--threads T] [--loras N] [--lora-rank R]
+#                     [--temperature T] [--out FILE]
 #
 # 1. creates or reuses the tools venv (tools/venv.sh: torch as bench/train_step.sh
 #    pins it, plus transformers==5.24.0 safetensors==0.8.0);
@@ -24,6 +26,8 @@
 # --loras N: both serve N random LoRA adapters of rank R (default 16) on every
 # linear layer, row i of a batch using adapter i mod N (PEFT's adapter_names on
 # the transformers side); run it beside --loras 0 for the adapters' cost.
+# --temperature T > 0: both sample from the whole vocabulary at T (no top-k,
+# top-p or min-p), as GRPO's rollouts do; tokens are then not compared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,6 +45,7 @@ TORCH_ONLY=0 # read by bench/common.sh; grpo always runs (it writes the prompt i
 MODEL=smollm2-135m-instruct
 LORAS=0
 LORA_RANK=16
+TEMPERATURE=0
 while (($#)); do
     case $1 in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -53,8 +58,9 @@ while (($#)); do
     --threads) THREADS=$2; shift 2 ;;
     --loras) LORAS=$2; shift 2 ;;
     --lora-rank) LORA_RANK=$2; shift 2 ;;
+    --temperature) TEMPERATURE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "generate.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -65,6 +71,7 @@ done
     echo "generate.sh: rounds, runs, threads, prompt and new tokens must be >= 1" >&2
     exit 2
 }
+[[ $TEMPERATURE =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "generate.sh: --temperature '$TEMPERATURE' is not a number >= 0" >&2; exit 2; }
 [[ $BATCH =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "generate.sh: --batch '$BATCH' is not a list like 1,16,64" >&2; exit 2; }
 IFS=, read -r -a DTYPE_LIST <<<"$DTYPES"
 for d in "${DTYPE_LIST[@]}"; do
@@ -90,7 +97,7 @@ for dtype in "${DTYPE_LIST[@]}"; do
         json_lines "grpo bench generate" \
             "$GRPO" bench generate --model "$MODEL" --batch "$BATCH" --prompt-tokens "$PROMPT_TOKENS" \
             --new-tokens "$NEW_TOKENS" --dtype "$dtype" --runs "$RUNS" --warmup "$WARMUP" \
-            --tokens-out "$tokens" --loras "$LORAS" --lora-rank "$LORA_RANK" --json
+            --tokens-out "$tokens" --loras "$LORAS" --lora-rank "$LORA_RANK" --temperature "$TEMPERATURE" --json
         json_lines "generate_torch.py" \
             "$PY" bench/generate_torch.py --tokens "$tokens" --model-dir "$MODEL_DIR" --batch "$BATCH" \
             --new-tokens "$NEW_TOKENS" --dtype "$dtype" --runs "$RUNS" --warmup "$WARMUP" --threads "$THREADS" \

@@ -4,7 +4,9 @@
 Times `model.generate` of SmolLM2-135M-Instruct on the prompt ids that
 `grpo bench generate --tokens-out FILE` wrote (--tokens FILE), the same
 method as the Rust side: per batch B, B copies of the prompt (attention mask
-all ones, no padding), greedy (do_sample=False), EOS suppressed
+all ones, no padding), greedy (do_sample=False) or, when the tokens file
+gives a "temperature" above 0, sampled at it from the whole vocabulary
+(do_sample=True, top_k=0, top_p=1), EOS suppressed
 (min_new_tokens = max_new_tokens), KV cache on (transformers' default
 dynamic cache), the model loaded in --dtype (f32 or bf16), attention
 implementation --attn (default sdpa). Each run calls generate twice; --warmup
@@ -20,7 +22,8 @@ Prints one JSON line per batch on stdout:
      "prefill_tokens_per_s": ..., "decode_tokens_per_s": ..., "runs": 3, "weight_bytes": ...,
      "load_1m": 0.4, "greedy_match": true}
 
-"greedy_match" compares the greedy tokens of the batch's first row with
+At a temperature above 0 the line carries "temperature" and no tokens are
+compared. "greedy_match" compares the greedy tokens of the batch's first row with
 grpo's for the same batch from the tokens file (absent when the file has none;
 "greedy_mismatch_at", the first differing position, is added when they
 differ, and a warning goes to stderr). "weight_bytes" is the parameters'
@@ -98,7 +101,8 @@ def load_average():
 
 
 def result_line(dtype, batch, prompt_tokens, new_tokens, prefill_s, full_s, weight_bytes,
-                tokens=None, reference=None, model=MODEL_LABEL, load_1m=None, loras=0, lora_rank=0):
+                tokens=None, reference=None, model=MODEL_LABEL, load_1m=None, loras=0, lora_rank=0,
+                temperature=0.0):
     """The JSON line of one batch: medians of the `prefill_s` and `full_s` durations (s).
 
     `tokens` (the first row's greedy ids) are compared with `reference` (grpo's) when both are given.
@@ -123,6 +127,8 @@ def result_line(dtype, batch, prompt_tokens, new_tokens, prefill_s, full_s, weig
     }
     if loras:
         line["loras"], line["lora_rank"] = loras, lora_rank
+    if temperature > 0:
+        line["temperature"] = temperature
     if tokens is not None and reference is not None:
         at = first_mismatch(list(tokens), list(reference))
         line["greedy_match"] = at is None
@@ -164,6 +170,9 @@ def run(args, tokens_file):
             weight_bytes += p.numel() * p.element_size()
     prompt = tokens_file["prompt_ids"]
     greedy = tokens_file.get("greedy") or {}
+    temperature = float(tokens_file.get("temperature") or 0.0)
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+        else {"do_sample": False}
     eos = model.generation_config.eos_token_id
     pad = eos[0] if isinstance(eos, list) else eos
     print(
@@ -182,7 +191,7 @@ def run(args, tokens_file):
             with torch.inference_mode():
                 out = model.generate(
                     input_ids=ids, attention_mask=mask, max_new_tokens=max_new, min_new_tokens=max_new,
-                    do_sample=False, pad_token_id=pad, **mixed,
+                    pad_token_id=pad, **sampling, **mixed,
                 )
             if out.shape != (batch, len(prompt) + max_new):
                 raise RuntimeError(f"generate returned shape {tuple(out.shape)}, not {(batch, len(prompt) + max_new)}")
@@ -197,9 +206,10 @@ def run(args, tokens_file):
             if run_index >= args.warmup:
                 prefill_s.append(middle - start)
                 full_s.append(time.perf_counter() - middle)
-        reference = None if args.loras else greedy.get(str(batch))
+        reference = None if args.loras or temperature > 0 else greedy.get(str(batch))
         line = result_line(args.dtype, batch, len(prompt), args.new_tokens, prefill_s, full_s, weight_bytes,
-                           tokens, reference, load_1m=load_average(), loras=args.loras, lora_rank=args.lora_rank)
+                           tokens, reference, load_1m=load_average(), loras=args.loras, lora_rank=args.lora_rank,
+                           temperature=temperature)
         record = json.loads(line)
         if record.get("greedy_match") is False:
             at = record["greedy_mismatch_at"]

@@ -431,23 +431,25 @@ def _greedy(lines):
 
 
 def build_generate_rows(records):
-    """One dict per (model, dtype, prompt_tokens, new_tokens, LoRA adapters and rank, batch), each impl's
-    medians in it (lines without "loras" have none)."""
+    """One dict per (model, dtype, prompt_tokens, new_tokens, LoRA adapters and rank, temperature, batch),
+    each impl's medians in it (lines without "loras" have none; without "temperature", greedy)."""
     groups = {}
     for r in records:
         if is_generate(r):
             loras = (_count(r.get("loras")) or 0, _count(r.get("lora_rank")) or 0)
-            key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], loras, r["batch"])
+            temperature = _number(r.get("temperature")) or 0.0
+            key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], loras, temperature, r["batch"])
             groups.setdefault(key, {}).setdefault(r["impl"], []).append(r)
     bandwidth = copy_bandwidth(records)
     rows = []
-    for key in sorted(groups, key=lambda k: (k[0], _order(k[1], MODEL_DTYPES), k[2], k[3], k[4], k[5])):
-        model, dtype, prompt, new, (loras, rank), batch = key
+    for key in sorted(groups, key=lambda k: (k[0], _order(k[1], MODEL_DTYPES), k[2], k[3], k[4], k[5], k[6])):
+        model, dtype, prompt, new, (loras, rank), temperature, batch = key
         weights = weight_bytes(records, model, dtype)
         limit = bandwidth * 1e9 / weights if bandwidth is not None and weights else None
         row = {
             "model": model, "dtype": dtype, "prompt_tokens": prompt, "new_tokens": new, "batch": batch,
-            "loras": loras, "lora_rank": rank, "weight_bytes": weights, "bandwidth_tokens_per_s": limit,
+            "loras": loras, "lora_rank": rank, "temperature": temperature, "weight_bytes": weights,
+            "bandwidth_tokens_per_s": limit,
         }
         for impl in GENERATE_IMPLS:
             lines = groups[key].get(impl, [])
@@ -478,7 +480,7 @@ def format_generate_table(rows, bandwidth=None, loads=None):
                 f"{r['dtype']} {r['weight_bytes'] / 1e6:.1f} MB of weights → {r['bandwidth_tokens_per_s']:.1f} tokens/s"
             )
     lines = [
-        "generate (greedy, EOS ignored; tokens/s): copy bandwidth "
+        "generate (greedy unless the model cell names a temperature, EOS ignored; tokens/s): copy bandwidth "
         + (f"{bandwidth:.1f} GB/s (grpo, copy_from_slice, bytes read + written)" if bandwidth is not None else "not measured")
         + ("; batch-1 decode limits: " + ", ".join(dict.fromkeys(limits)) if limits else ""),
         "",
@@ -491,6 +493,8 @@ def format_generate_table(rows, bandwidth=None, loads=None):
     lines.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|")
     for r in rows:
         adapters = f" + {r['loras']} LoRA r{r['lora_rank']}" if r["loras"] else ""
+        if r.get("temperature"):
+            adapters += f", sampled at T {r['temperature']:g}"
         cells = [
             r["model"] + adapters,
             r["dtype"],

@@ -340,6 +340,16 @@ class GenerateReportTest(unittest.TestCase):
         self.assertIsNone(rows[1]["grpo_of_limit"], "no bandwidth limit with adapters")
         self.assertIn("| smollm2-135m + 4 LoRA r16 | f32 | 64+64 | 1 |", report.report(lines))
 
+    def test_sampled_runs_are_rows_of_their_own(self):
+        base = json.loads(GENERATE_SAMPLE.splitlines()[1])
+        lines = [json.dumps(base)]
+        for impl, decode in (("grpo", 30.0), ("transformers", 10.0)):
+            lines.append(json.dumps({**base, "impl": impl, "decode_tokens_per_s": decode, "temperature": 1.0}))
+        rows = report.build_generate_rows(report.parse_lines(lines))
+        self.assertEqual([r["temperature"] for r in rows], [0.0, 1.0])
+        self.assertAlmostEqual(rows[1]["decode_ratio"], 3.0)
+        self.assertIn("| smollm2-135m, sampled at T 1 | f32 | 64+64 | 1 |", report.report(lines))
+
     def test_without_bandwidth(self):
         line = GENERATE_SAMPLE.splitlines()[2]  # a transformers line: no copy_gbps
         (row,) = report.build_generate_rows(report.parse_lines([line]))

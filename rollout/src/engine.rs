@@ -59,7 +59,7 @@ use crate::guided::{Grammars, GuidedSample};
 use crate::host_weights::ParameterValues;
 use crate::inputs::{RowInputs, TokenInputs};
 use crate::output::{Completion, FinishReason, RequestId, SampleUpdate, StopReason, Token};
-use crate::programs::{ProgramKey, Programs, upload};
+use crate::programs::{DecodeKey, ProgramKey, Programs, upload};
 use crate::request::{Limits, Request};
 use crate::sampling::SamplerKind;
 use crate::text::SampleText;
@@ -1198,14 +1198,19 @@ impl Engine {
             })
             .max()
             .unwrap_or(SamplerKind::Greedy);
-        let key = ProgramKey::Decode {
+        let history = self.slots.iter().flatten().any(|s| {
+            let p = &self.held[&s.request].request.params;
+            p.has_penalties() || s.tokens.len() < p.min_tokens
+        });
+        let key = ProgramKey::Decode(DecodeKey {
             rows,
             window,
             sampler,
+            history,
             top: wants_top,
             guided,
             adapted: columns.is_some(),
-        };
+        });
         let mut out = self.programs.get(key)?.execute_args(&args)?;
         let results = if wants_top { 4 } else { 2 };
         let history = self.state.split_off(layers + 1);

@@ -26,7 +26,8 @@
 //!   its history into another slot — the other samples of a group start
 //!   from one prefill, and a prompt from a prefix another slot holds.
 //! - **decode** (buckets: rows `B` and attention window `W`, powers of two;
-//!   the cheapest [`SamplerKind`] the rows need; with or without top
+//!   the cheapest [`SamplerKind`] the rows need; reading the token history
+//!   only while a row has a penalty or suppresses its stop tokens; with or without top
 //!   log-probs; with or without the rows' allowed-token bitmasks, present
 //!   only while a guided sample runs): one token for each of slots `0..B`
 //!   (position −1 = idle row, writes nothing), sampled with the rows'
@@ -74,17 +75,29 @@ pub(crate) enum ProgramKey {
     Fork { tokens: usize },
     /// The write of one adapter into its slot of `rank` rows and columns.
     WriteAdapter { rank: usize },
-    /// Decode of slots `0..rows` attending within `window` positions, with
-    /// this sampler, with or without top log-probs, and with or without
-    /// allowed-token bitmasks (guided rows).
-    Decode {
-        rows: usize,
-        window: usize,
-        sampler: SamplerKind,
-        top: bool,
-        guided: bool,
-        adapted: bool,
-    },
+    /// Decode of one token for slots `0..rows`.
+    Decode(DecodeKey),
+}
+
+/// The shape of a decode program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct DecodeKey {
+    /// Slots `0..rows` are decoded.
+    pub rows: usize,
+    /// Attention within the first `window` cache positions.
+    pub window: usize,
+    /// The cheapest sampler the rows need.
+    pub sampler: SamplerKind,
+    /// Whether a row reads its token history (a penalty, or stop tokens
+    /// still suppressed); without, the history is neither read nor
+    /// needed (the counts are kept either way).
+    pub history: bool,
+    /// Whether the top log-probs are returned.
+    pub top: bool,
+    /// Whether the rows' allowed-token bitmasks are taken (guided rows).
+    pub guided: bool,
+    /// Whether the adapter banks and the rows' adapter columns are taken.
+    pub adapted: bool,
 }
 
 /// The fewest rows a decode program has for `dtype` parameters. XLA's CPU
@@ -212,14 +225,7 @@ impl Programs {
                 } => self.extend(prompts as i64, tokens as i64, window as i64, adapted)?,
                 ProgramKey::Fork { tokens } => self.fork(tokens as i64)?,
                 ProgramKey::WriteAdapter { rank } => self.write_adapter(rank as i64)?,
-                ProgramKey::Decode {
-                    rows,
-                    window,
-                    sampler,
-                    top,
-                    guided,
-                    adapted,
-                } => self.decode(rows as i64, window as i64, sampler, top, guided, adapted)?,
+                ProgramKey::Decode(key) => self.decode(key)?,
             };
             self.compiled.insert(key, program);
         }
@@ -340,27 +346,22 @@ impl Programs {
     /// `(params, ids [B,1], positions [B,1], sampling inputs, [allowed
     /// words [B, ⌈V/32⌉] u32], state) → (tokens, log-probs, [top ids, top
     /// log-probs], cache, counts)`.
-    fn decode(
-        &self,
-        b: i64,
-        window: i64,
-        sampler: SamplerKind,
-        top: bool,
-        guided: bool,
-        adapted: bool,
-    ) -> Result<Executable> {
-        let top_name = if top { "_top" } else { "" };
-        let guided_name = if guided { "_guided" } else { "" };
+    fn decode(&self, key: DecodeKey) -> Result<Executable> {
+        let (b, window) = (key.rows as i64, key.window as i64);
+        let top_name = if key.top { "_top" } else { "" };
+        let guided_name = if key.guided { "_guided" } else { "" };
+        let history_name = if key.history { "_history" } else { "" };
         let graph = Graph::new(&format!(
-            "engine_decode_{b}x{window}_{sampler:?}{top_name}{guided_name}{}",
-            adapted_name(adapted)
+            "engine_decode_{b}x{window}_{:?}{history_name}{top_name}{guided_name}{}",
+            key.sampler,
+            adapted_name(key.adapted)
         ));
-        let (decoder, params) = self.weights(&graph, b, adapted)?;
+        let (decoder, params) = self.weights(&graph, b, key.adapted)?;
         let ids = graph.parameter(ElementType::S32, &[b, 1])?;
         let positions = graph.parameter(ElementType::S32, &[b, 1])?;
         let mut settings = SamplingInputs::parameters(&graph, b)?;
         let words = crate::guided::Grammars::words(self.vocab() as usize) as i64;
-        let allowed = if guided {
+        let allowed = if key.guided {
             let words = graph.parameter(ElementType::U32, &[b, words])?;
             settings.push(words.clone());
             Some(unpack_allowed(&words, self.vocab())?)
@@ -372,25 +373,21 @@ impl Programs {
         let (logits, cache) = decoder.logits_with_cache(&params, &ids, &positions, &state[..layers], window)?;
         let logits = logits.reshape(&[b, self.vocab()])?;
         let rows = |x: &Tensor| x.slice(&[0, 0], &[b, self.vocab()], &[1, 1]);
-        let counts = rows(&state[layers])?;
-        let history = TokenHistory {
-            output_counts: &counts,
-            in_prompt: &rows(&state[layers + 1])?,
-            stop_tokens: &rows(&state[layers + 2])?,
-        };
         let inputs = SamplingInputs::from_tensors(&settings);
-        let (tokens, scored) = sample(&logits, &inputs, &history, sampler, allowed.as_ref())?;
+        let (tokens, scored) = if key.history {
+            let history = TokenHistory {
+                output_counts: &rows(&state[layers])?,
+                in_prompt: &rows(&state[layers + 1])?,
+                stop_tokens: &rows(&state[layers + 2])?,
+            };
+            sample(&logits, &inputs, Some(&history), key.sampler, allowed.as_ref())?
+        } else {
+            sample(&logits, &inputs, None, key.sampler, allowed.as_ref())?
+        };
         let logprobs = scored.gathered_log_probs(&tokens)?;
-        // Each busy row counts its new token.
-        let vocab = graph.iota(ElementType::S32, &[b, self.vocab()], 1)?;
-        let busy = positions.ge(&positions.zeros_like()?)?;
-        let drawn = vocab.eq(&tokens.reshape(&[b, 1])?)?.and(&busy)?;
-        let counted = drawn.select(&counts.add_scalar(1.0)?, &counts)?;
-        let zero = graph.scalar(0.0, ElementType::S32)?;
-        let new_counts = state[layers].dynamic_update_slice(&counted, &[&zero, &zero])?;
-
+        let new_counts = count_tokens(&state[layers], &tokens, &positions)?;
         let mut outputs = vec![tokens, logprobs];
-        if top {
+        if key.top {
             let (ids, values) = top_logprobs(&scored, MAX_TOP_LOGPROBS as i64)?;
             outputs.extend([ids, values]);
         }
@@ -440,6 +437,25 @@ impl Programs {
     pub fn compiled(&self) -> usize {
         self.compiled.len()
     }
+}
+
+/// `counts` `[slots, V]` with one more of `tokens[b]` (s32 `[B]`) in row
+/// `b` of each busy row (`positions` `[B, 1]` ≥ 0): a scatter of `B`
+/// values, not a pass over the vocabulary.
+fn count_tokens(counts: &Tensor, tokens: &Tensor, positions: &Tensor) -> grpo_xla::Result<Tensor> {
+    let b = tokens.dims()[0];
+    let rows = counts.graph().iota(ElementType::S32, &[b, 1], 0)?;
+    let indices = Tensor::concatenate(&[&rows, &tokens.reshape(&[b, 1])?], 1)?;
+    let busy = positions.reshape(&[b])?.ge(&positions.reshape(&[b])?.zeros_like()?)?;
+    let zeros = tokens.convert(ElementType::F32)?.zeros_like()?;
+    let ones = busy.select(&zeros.ones_like()?, &zeros)?;
+    let dims = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: vec![0, 1],
+        scatter_dims_to_operand_dims: vec![0, 1],
+        index_vector_dim: 1,
+    };
+    counts.scatter_add(&indices, &ones, &dims)
 }
 
 /// The name suffix of an adapted program.

@@ -105,6 +105,11 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Whether a repetition, frequency or presence penalty is set.
+    pub fn has_penalties(&self) -> bool {
+        self.repetition_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
+
     /// The seed of sample `index`: the request's seed for sample 0, a
     /// hash-mixed variant for the others (distinct streams per sample).
     pub fn sample_seed(&self, index: usize) -> u32 {

@@ -38,6 +38,10 @@
 use grpo_xla::trace::Tensor;
 use grpo_xla::{ElementType, Result};
 
+/// Vocabulary tokens per block of the plain draw's two-level cumulative
+/// sum (see `draw_unsorted`).
+const DRAW_BLOCK: i64 = 128;
+
 /// Per-row sampling settings, as tensors of the decode program (`[B]` each).
 pub struct SamplingInputs<'a> {
     /// Repetition penalty (f32, > 0); 1 is off.
@@ -175,17 +179,21 @@ pub fn unpack_allowed(words: &Tensor, vocab: i64) -> Result<Tensor> {
 /// logits their log-probs are read from (f32 `[B, V]`: raw, or penalized
 /// and tempered for rows asking for processed log-probs). With `allowed`
 /// (pred `[B, V]`), each row draws only among its allowed tokens; the
-/// returned logits are not masked.
+/// returned logits are not masked. Without a `history` (no row has a
+/// penalty or suppresses its stop tokens) the penalties are left out.
 pub fn sample(
     logits: &Tensor,
     inputs: &SamplingInputs<'_>,
-    history: &TokenHistory<'_>,
+    history: Option<&TokenHistory<'_>>,
     kind: SamplerKind,
     allowed: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor)> {
     let b = logits.dims()[0];
     let raw = logits.convert(ElementType::F32)?;
-    let penalized = penalized(&raw, inputs, history)?;
+    let penalized = match history {
+        Some(history) => penalized(&raw, inputs, history)?,
+        None => raw.clone(),
+    };
     let greedy = inputs.temperature.le(&inputs.temperature.zeros_like()?)?;
     let safe_t = greedy.select(&inputs.temperature.ones_like()?, inputs.temperature)?;
     let safe_t = safe_t.reshape(&[b, 1])?;
@@ -196,17 +204,20 @@ pub fn sample(
         None => penalized,
     };
     let argmax = z.argmax(1, ElementType::S32)?;
-    let tempered = z.div(&safe_t)?;
     let tokens = if kind == SamplerKind::Greedy {
         argmax
     } else {
-        let p = tempered.softmax(1)?;
+        let tempered = z.div(&safe_t)?;
+        // Division by a positive temperature keeps the order, so the
+        // largest tempered logit is the argmax's.
+        let top = tempered.take_along_axis(&argmax.reshape(&[b, 1])?, 1)?;
         let u = uniform(inputs.seed, inputs.step)?;
-        let mut drawn = draw_unsorted(&p, inputs, &u)?;
+        let mut drawn = draw_unsorted(&tempered, &top, inputs, &u)?;
         if kind == SamplerKind::Filtered {
             let no_k = inputs.top_k.le(&inputs.top_k.zeros_like()?)?;
             let no_p = inputs.top_p.ge(&inputs.top_p.ones_like()?)?;
             let plain = no_k.and(&no_p)?;
+            let p = tempered.softmax(1)?;
             drawn = plain.select(&drawn, &draw_sorted(&p, inputs, &u)?)?;
         }
         greedy.select(&argmax, &drawn)?
@@ -228,13 +239,61 @@ fn inverse_cdf(kept_p: &Tensor, kept: &Tensor, u: &Tensor) -> Result<Tensor> {
     count.minimum(&last_kept)
 }
 
-/// Tokens drawn from `p` `[B, V]` with min-p only, in vocabulary order.
-fn draw_unsorted(p: &Tensor, inputs: &SamplingInputs<'_>, u: &Tensor) -> Result<Tensor> {
-    let b = p.dims()[0];
-    let p_max = p.max(&[1])?.reshape(&[b, 1])?;
-    let kept = p.ge(&p_max.mul(&inputs.min_p.reshape(&[b, 1])?)?)?;
-    let kept_p = kept.select(p, &p.zeros_like()?)?;
-    inverse_cdf(&kept_p, &kept, u)
+/// Tokens drawn with min-p only, in vocabulary order, from the tempered
+/// logits `z` `[B, V]` whose row maxima are `top` `[B, 1]`: the inverse
+/// CDF of each row's uniform `u` over the kept masses `e = exp(z − top)`
+/// (`e ≥ min_p` is `p ≥ min_p · p_max`; no normalization is needed).
+///
+/// The cumulative sum runs in two levels, so no pass over the vocabulary
+/// is a scan: the sums of blocks of [`DRAW_BLOCK`] tokens, their running
+/// sum to find the block where the row's mass `u · Σ e` is crossed, then
+/// the running sum inside that one block. The chosen token always has
+/// mass: it is the first kept token whose running sum exceeds the mark,
+/// else the last kept token of its block.
+fn draw_unsorted(z: &Tensor, top: &Tensor, inputs: &SamplingInputs<'_>, u: &Tensor) -> Result<Tensor> {
+    let (b, v) = (z.dims()[0], z.dims()[1]);
+    let blocks = (v + DRAW_BLOCK - 1) / DRAW_BLOCK;
+    let padded = if blocks * DRAW_BLOCK == v {
+        z.clone()
+    } else {
+        z.pad(
+            &z.scalar_like(f64::NEG_INFINITY)?,
+            &[0, 0],
+            &[0, blocks * DRAW_BLOCK - v],
+            &[0, 0],
+        )?
+    };
+    let min_p = inputs.min_p.reshape(&[b, 1, 1])?;
+    let mass = |z: &Tensor, top: &Tensor| -> Result<Tensor> {
+        let e = z.sub(top)?.exp()?;
+        e.ge(&min_p)?.select(&e, &e.zeros_like()?)
+    };
+    let by_block = padded.reshape(&[b, blocks, DRAW_BLOCK])?;
+    let sums = mass(&by_block, &top.reshape(&[b, 1, 1])?)?.sum(&[2])?;
+    let running = sums.cumsum(1, false)?;
+    let mark = u.reshape(&[b, 1])?.mul(&running.slice_axis(1, blocks - 1, blocks)?)?;
+    let block = first_past(&running, &sums, &mark)?;
+    let before = running.sub(&sums)?.take_along_axis(&block.reshape(&[b, 1])?, 1)?;
+    let picked = block.reshape(&[b, 1, 1])?.broadcast_to(&[b, 1, DRAW_BLOCK])?;
+    let values = by_block.take_along_axis(&picked, 1)?;
+    let inside = mass(&values, &top.reshape(&[b, 1, 1])?)?.reshape(&[b, DRAW_BLOCK])?;
+    let within = inside.cumsum(1, false)?.add(&before)?;
+    let offset = first_past(&within, &inside, &mark)?;
+    block.mul(&block.scalar_like(DRAW_BLOCK as f64)?)?.add(&offset)
+}
+
+/// Per row of `running` `[B, N]` (the running sum of `mass` `[B, N]`),
+/// the first position with mass whose running sum exceeds `mark`
+/// `[B, 1]`; the last position with mass when none does (the mark at
+/// the total, by rounding), and 0 for a row without mass. s32 `[B]`.
+fn first_past(running: &Tensor, mass: &Tensor, mark: &Tensor) -> Result<Tensor> {
+    let (b, n) = (mass.dims()[0], mass.dims()[1]);
+    let position = mass.graph().iota(ElementType::S32, &[b, n], 1)?;
+    let has_mass = mass.gt(&mass.zeros_like()?)?;
+    let past = running.gt(mark)?.and(&has_mass)?;
+    let first = past.select(&position, &position.full_like(n as f64)?)?.min(&[1])?;
+    let last = has_mass.select(&position, &position.zeros_like()?)?.max(&[1])?;
+    first.eq(&first.full_like(n as f64)?)?.select(&last, &first)
 }
 
 /// Tokens drawn from `p` `[B, V]` with top-k, top-p and min-p, in

@@ -26,7 +26,7 @@ fn program(client: &Client, b: i64, kind: SamplerKind) -> Executable {
         in_prompt: &h[1],
         stop_tokens: &h[2],
     };
-    let (tokens, scored) = sample(&logits, &inputs, &history, kind, None).unwrap();
+    let (tokens, scored) = sample(&logits, &inputs, Some(&history), kind, None).unwrap();
     let log_probs = scored.gathered_log_probs(&tokens).unwrap();
     g.build(&[&tokens, &log_probs]).unwrap().compile(client).unwrap()
 }
@@ -323,5 +323,94 @@ fn processed_log_probs_are_those_of_the_penalized_tempered_distribution() {
         }
         let (raw_tokens, _) = run(&client, &exe, Settings { processed: false, ..s }, &seeds, &[5; 64]);
         assert_eq!(raw_tokens, tokens, "the log-prob mode does not change the draws");
+    }
+}
+
+/// The row's uniform, as the sampler's hash of (seed, step) makes it.
+fn host_uniform(seed: u32, step: u32) -> f64 {
+    let mut x = seed ^ step.wrapping_mul(0x9E37_79B9);
+    x = (x ^ (x >> 16)).wrapping_mul(0x7FEB_352D);
+    x = (x ^ (x >> 15)).wrapping_mul(0x846C_A68B);
+    x ^= x >> 16;
+    f64::from(x >> 8) / f64::from(1u32 << 24)
+}
+
+#[test]
+fn a_large_vocabulary_draws_the_inverse_cdf_of_each_rows_uniform() {
+    // 1000 tokens: 7 whole blocks of the two-level running sum and a padded one.
+    let (v, b) = (1000i64, 2048usize);
+    let client = cpu_client();
+    let d = client.device(0).unwrap();
+    let g = Graph::new("sampler_large");
+    let logits = g.parameter(ElementType::F32, &[b as i64, v]).unwrap();
+    let p = SamplingInputs::parameters(&g, b as i64).unwrap();
+    let (tokens, _) = sample(
+        &logits,
+        &SamplingInputs::from_tensors(&p),
+        None,
+        SamplerKind::Plain,
+        None,
+    )
+    .unwrap();
+    let exe = g.build(&[&tokens]).unwrap().compile(&client).unwrap();
+    let z: Vec<f32> = (0..v)
+        .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 6.0)
+        .collect();
+    let seeds: Vec<u32> = (0..b as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5bd1_e995)
+        .collect();
+    for (temperature, min_p) in [(1.0f32, 0.0f32), (0.6, 0.05)] {
+        let column = |x: f32| vec![x; b];
+        let dims = [b as i64];
+        let all: Vec<f32> = (0..b).flat_map(|_| z.iter().copied()).collect();
+        let buffers = vec![
+            client.buffer_from_host(&all, &[b as i64, v], d).unwrap(),
+            client.buffer_from_host(&column(1.0), &dims, d).unwrap(),
+            client.buffer_from_host(&column(0.0), &dims, d).unwrap(),
+            client.buffer_from_host(&column(0.0), &dims, d).unwrap(),
+            client.buffer_from_host(&column(0.0), &dims, d).unwrap(),
+            client.buffer_from_host(&column(temperature), &dims, d).unwrap(),
+            client.buffer_from_host(&vec![0i32; b], &dims, d).unwrap(),
+            client.buffer_from_host(&column(1.0), &dims, d).unwrap(),
+            client.buffer_from_host(&column(min_p), &dims, d).unwrap(),
+            client.buffer_from_host(&seeds, &dims, d).unwrap(),
+            client.buffer_from_host(&vec![7u32; b], &dims, d).unwrap(),
+            client.buffer_from_host(&column(0.0), &dims, d).unwrap(),
+        ];
+        let refs: Vec<&Buffer> = buffers.iter().collect();
+        let drawn = exe.execute(&refs).unwrap()[0].to_host::<i32>().unwrap();
+        // The host's inverse CDF in f64 over the kept masses.
+        let tempered: Vec<f64> = z.iter().map(|&x| f64::from(x) / f64::from(temperature)).collect();
+        let m = tempered.iter().copied().fold(f64::MIN, f64::max);
+        let mass: Vec<f64> = tempered
+            .iter()
+            .map(|&x| (x - m).exp())
+            .map(|e| if e >= f64::from(min_p) { e } else { 0.0 })
+            .collect();
+        let running: Vec<f64> = mass
+            .iter()
+            .scan(0.0, |sum, e| {
+                *sum += e;
+                Some(*sum)
+            })
+            .collect();
+        let total = running[running.len() - 1];
+        let mut differ = 0;
+        for (row, &token) in drawn.iter().enumerate() {
+            let mark = host_uniform(seeds[row], 7) * total;
+            let want = running.iter().position(|&r| r > mark).unwrap();
+            let token = token as usize;
+            assert!(mass[token] > 0.0, "row {row}: token {token} has no mass");
+            if token != want {
+                // Only a mark within rounding of the boundary between them may differ.
+                let boundary = running[token.min(want)];
+                assert!(
+                    (boundary - mark).abs() <= 1e-5 * total,
+                    "row {row}: drew {token}, the inverse CDF gives {want}"
+                );
+                differ += 1;
+            }
+        }
+        assert!(differ <= 2, "{differ} of {b} draws off the host's inverse CDF");
     }
 }

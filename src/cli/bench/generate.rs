@@ -3,7 +3,8 @@
 //! transformers' `generate` on the same prompt ids, dtype and batches.
 //!
 //! Per batch B: B copies of one prompt (a fixed English text tokenized and
-//! cut to exactly `--prompt-tokens` ids), greedy, EOS ignored, through an
+//! cut to exactly `--prompt-tokens` ids), greedy (or sampled at
+//! `--temperature`, request `i` with seed `i`), EOS ignored, through an
 //! engine with B slots and a `max_model_len` of the next power of two above
 //! prompt + 1 + new tokens. Each run calls `generate` twice; `--warmup`
 //! untimed runs (the first compiles the programs), then the medians of
@@ -82,8 +83,14 @@ pub struct GenerateArgs {
     /// Parameter and KV-cache dtype: f32 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// Write the prompt ids and, per batch, the greedy tokens of its first
-    /// request as JSON here (for `bench/generate_torch.py --tokens`).
+    /// Sampling temperature: 0 decodes greedily; above, every request
+    /// samples from the whole vocabulary (no top-k, top-p or min-p), each
+    /// with its own seed, as GRPO's rollouts do.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_temperature)]
+    temperature: f32,
+    /// Write the prompt ids and, per batch, the tokens of its first
+    /// request (greedy ones at temperature 0) as JSON here (for
+    /// `bench/generate_torch.py --tokens`).
     #[arg(long)]
     tokens_out: Option<PathBuf>,
     /// Guide every request by the JSON schema in this file (structured
@@ -190,7 +197,8 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                     prompt: prompt.clone(),
                     params: SamplingParams {
                         max_tokens,
-                        temperature: 0.0,
+                        temperature: args.temperature,
+                        seed: i as u32,
                         ignore_eos: guide.is_none(),
                         guide: guide.clone(),
                         adapter: adapters.get(i % adapters.len().max(1)).copied().flatten(),
@@ -241,7 +249,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                  \"prefill_tokens_per_s\": {prefill_rate:.3}, \"decode_tokens_per_s\": {decode_rate:.3}, \"runs\": {}, \
                  \"weight_bytes\": {weight_bytes}, \"copy_gbps\": {:.3}, \"bandwidth_tokens_per_s\": {limit:.3}, \
                  \"load_1m\": {}, \"guide\": \"{guided}\", \"mask_share\": {mask_share:.4}, \"loras\": {}, \
-                 \"lora_rank\": {}{fraction}}}",
+                 \"lora_rank\": {}, \"temperature\": {}{fraction}}}",
                 model_label(&args.model),
                 args.dtype,
                 args.prompt_tokens,
@@ -253,6 +261,7 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
                 load_average().map_or("null".to_string(), |load| format!("{load:.2}")),
                 args.loras,
                 args.lora_rank,
+                args.temperature,
             );
         } else {
             let fraction = if batch == 1 {
@@ -280,11 +289,22 @@ pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
             "dtype": args.dtype,
             "prompt_ids": prompt,
             "new_tokens": args.new_tokens,
+            "temperature": args.temperature,
             "greedy": greedy,
         });
         std::fs::write(path, format!("{file}\n")).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// A temperature ≥ 0 (finite).
+fn parse_temperature(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!(
+            "`{text}` is not a temperature: give a number ≥ 0 (0 is greedy)"
+        )),
+    }
 }
 
 /// A LoRA adapter of `rank` on every linear layer of the model of

@@ -14,7 +14,7 @@ use super::ops::custom::CustomVjp;
 use super::ops::dot::DotGeneral;
 use super::ops::elementwise::{Binary, Compare, Convert, Select, Unary};
 use super::ops::gather::{Gather, Scatter};
-use super::ops::reduce::{ArgMax, CumSum, Reduce};
+use super::ops::reduce::{CumSum, Reduce};
 use super::ops::shape::{
     BroadcastInDim, Concatenate, DynamicSlice, DynamicUpdateSlice, Pad, Reshape, Reverse, Slice, Transpose,
 };
@@ -42,7 +42,6 @@ pub(crate) enum Op {
     Pad(Pad),
     Reverse(Reverse),
     Reduce(Reduce),
-    ArgMax(ArgMax),
     CumSum(CumSum),
     DotGeneral(DotGeneral),
     Sort(Sort),
@@ -111,7 +110,6 @@ impl Op {
             Op::Pad(r) => r,
             Op::Reverse(r) => r,
             Op::Reduce(r) => r,
-            Op::ArgMax(r) => r,
             Op::CumSum(r) => r,
             Op::DotGeneral(r) => r,
             Op::Sort(r) => r,

@@ -3,8 +3,8 @@
 
 use crate::dtype::{ElementType, TensorType};
 use crate::error::{Error, Result};
-use crate::trace::emit::{EmitCtx, Emitter, i64_array, i64_list};
-use crate::trace::graph::{Graph, Tensor};
+use crate::trace::emit::{EmitCtx, i64_array, i64_list};
+use crate::trace::graph::Tensor;
 use crate::trace::op::{Op, Rule, VjpArgs};
 
 /// How elements are combined.
@@ -184,17 +184,6 @@ impl Rule for Reduce {
     }
 }
 
-/// The index of the largest (or smallest) element along `axis`: a variadic
-/// reduce of operand 0 (the values) with operand 1 (their positions along
-/// `axis`) from operands 2 and 3 (the initial value and index). Output 0 is
-/// the extreme value, output 1 its index; only the index is handed out.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct ArgMax {
-    pub axis: usize,
-    /// Argmin instead of argmax.
-    pub smallest: bool,
-}
-
 /// Cumulative sum of operand 0 along `axis` (from the end when `reverse`),
 /// as a window sum from operand 1 (zero).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -203,35 +192,15 @@ pub(crate) struct CumSum {
     pub reverse: bool,
 }
 
-impl ArgMax {
-    fn name(&self) -> &'static str {
-        if self.smallest { "argmin" } else { "argmax" }
-    }
-
-    /// The reducer of `(value, index)` pairs: it keeps the better value, NaN
-    /// beating every number, and on ties the lower index. This is a total
-    /// order, so the result does not depend on XLA's reduction order.
-    fn region(&self, e: &mut Emitter, value: ElementType, index: ElementType) -> Result<String> {
-        let g = Graph::new(self.name());
-        let (a, a_index) = (g.parameter(value, &[])?, g.parameter(index, &[])?);
-        let (b, b_index) = (g.parameter(value, &[])?, g.parameter(index, &[])?);
-        let (a_nan, b_nan) = (a.ne(&a)?, b.ne(&b)?);
-        let beats = if self.smallest { a.lt(&b)? } else { a.gt(&b)? };
-        let a_better = beats.or(&a_nan.and(&b_nan.not()?)?)?;
-        let tie = a.eq(&b)?.or(&a_nan.and(&b_nan)?)?;
-        let keep_a = a_better.or(&tie.and(&a_index.lt(&b_index)?)?)?;
-        let outputs = [keep_a.select(&a, &b)?.id, keep_a.select(&a_index, &b_index)?.id];
-        let data = g.data.borrow();
-        e.region(&data.nodes, &data.parameters, &outputs)
-    }
-}
-
 impl Tensor {
+    /// The first index of the extreme along `axis`, by two passes: the
+    /// extreme itself (NaN-propagating, so any NaN makes it NaN), then
+    /// the least position holding it (or holding a NaN). XLA's CPU backend
+    /// runs these several times faster than one reduce of (value, index)
+    /// pairs.
     fn arg_extreme(&self, axis: usize, dtype: ElementType, smallest: bool) -> Result<Tensor> {
-        let op = ArgMax { axis, smallest };
-        let name = op.name();
-        let values = reduced_type(&self.ty, &[axis], name)?;
-        if !dtype.is_integer() || self.dims()[axis] == 0 {
+        let name = if smallest { "argmin" } else { "argmax" };
+        if !dtype.is_integer() || axis >= self.rank() || self.dims()[axis] == 0 {
             return Err(Error::Trace {
                 op: name,
                 message: format!(
@@ -240,19 +209,25 @@ impl Tensor {
                 ),
             });
         }
-        let indices = TensorType::new(dtype, values.dims.clone());
+        let x = self.stop_gradient()?;
         let kind = if smallest { ReduceKind::Min } else { ReduceKind::Max };
-        let positions = self.graph.iota(dtype, self.dims(), axis)?;
-        let init = self.scalar_like(kind.identity(self.dtype()))?;
-        // Index 0 wins a tie with the initial value only when every element
-        // equals it, and then the first index, 0, is the answer.
-        let init_index = self.graph.scalar(0.0, dtype)?;
-        let mut outputs = self.graph.apply_multi(
-            Op::ArgMax(op),
-            &[self, &positions, &init, &init_index],
-            vec![values, indices],
-        )?;
-        Ok(outputs.remove(1))
+        let extreme = x
+            .reduce(kind, &[axis])?
+            .broadcast_in_dim(x.dims(), &kept_dimensions(x.rank(), &[axis]))?;
+        let nan = |t: &Tensor| t.ne(t);
+        let hit = x.eq(&extreme)?.or(&nan(&x)?.and(&nan(&extreme)?)?)?;
+        // Positions as floats: XLA's CPU backend reduces floats in one
+        // pass, integers through a materialized copy (f32 is exact below
+        // 2^24, f64 beyond).
+        let n = self.dims()[axis];
+        let float = if n <= 1 << 24 {
+            ElementType::F32
+        } else {
+            ElementType::F64
+        };
+        let positions = self.graph.iota(float, self.dims(), axis)?;
+        let past_end = positions.full_like(n as f64)?;
+        hit.select(&positions, &past_end)?.min(&[axis])?.convert(dtype)
     }
 
     /// Index of the largest element along `axis` (removed from the shape),
@@ -284,28 +259,6 @@ impl Tensor {
         let zero = self.scalar_like(0.0)?;
         self.graph
             .apply(Op::CumSum(CumSum { axis, reverse }), &[self, &zero], self.ty.clone())
-    }
-}
-
-impl Rule for ArgMax {
-    fn name(&self) -> &'static str {
-        ArgMax::name(self)
-    }
-
-    fn emit(&self, ctx: &mut EmitCtx<'_>) -> Result<()> {
-        let (value, index) = (ctx.operand_types[0].dtype, ctx.operand_types[1].dtype);
-        let region = self.region(ctx.e, value, index)?;
-        ctx.generic(
-            "stablehlo.reduce",
-            &format!("dimensions = {}", i64_array(&[self.axis as i64])),
-            &[region],
-        );
-        Ok(())
-    }
-
-    /// Indices are integers: no gradient flows back.
-    fn vjp(&self, _: &VjpArgs<'_>) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![None; 4])
     }
 }
 

@@ -436,7 +436,8 @@ def build_generate_rows(records):
     groups = {}
     for r in records:
         if is_generate(r):
-            loras = (_count(r.get("loras")) or 0, _count(r.get("lora_rank")) or 0)
+            count = _count(r.get("loras")) or 0
+            loras = (count, _count(r.get("lora_rank")) or 0 if count else 0)  # no adapters: no rank
             temperature = _number(r.get("temperature")) or 0.0
             key = (r["model"], r["dtype"], r["prompt_tokens"], r["new_tokens"], loras, temperature, r["batch"])
             groups.setdefault(key, {}).setdefault(r["impl"], []).append(r)

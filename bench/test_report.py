@@ -343,8 +343,9 @@ class GenerateReportTest(unittest.TestCase):
     def test_sampled_runs_are_rows_of_their_own(self):
         base = json.loads(GENERATE_SAMPLE.splitlines()[1])
         lines = [json.dumps(base)]
+        sampled = {"grpo": {"temperature": 1, "loras": 0, "lora_rank": 16}, "transformers": {"temperature": 1.0}}
         for impl, decode in (("grpo", 30.0), ("transformers", 10.0)):
-            lines.append(json.dumps({**base, "impl": impl, "decode_tokens_per_s": decode, "temperature": 1.0}))
+            lines.append(json.dumps({**base, "impl": impl, "decode_tokens_per_s": decode, **sampled[impl]}))
         rows = report.build_generate_rows(report.parse_lines(lines))
         self.assertEqual([r["temperature"] for r in rows], [0.0, 1.0])
         self.assertAlmostEqual(rows[1]["decode_ratio"], 3.0)

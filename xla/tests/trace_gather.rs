@@ -348,6 +348,30 @@ fn argmax_exact_ties_nans_and_s64_indices() {
 }
 
 #[test]
+fn argmax_past_the_exact_floats_of_f32_finds_the_index() {
+    // 2^24 + 1 is the first index an f32 cannot hold: the long axis counts
+    // positions in f64.
+    let n = (1usize << 24) + 3;
+    let client = cpu_client(1);
+    let graph = Graph::new("argmax_long");
+    let x = graph.parameter(ElementType::F32, &[n as i64]).unwrap();
+    let (max, min) = (
+        x.argmax(0, ElementType::S64).unwrap(),
+        x.argmin(0, ElementType::S32).unwrap(),
+    );
+    let executable = graph.build(&[&max, &min]).unwrap().compile(&client).unwrap();
+    let mut values = vec![0.5f32; n];
+    values[(1 << 24) + 1] = 2.0;
+    values[(1 << 24) + 2] = -1.0;
+    let input = client
+        .buffer_from_host(&values, &[n as i64], client.device(0).unwrap())
+        .unwrap();
+    let out = executable.execute(&[&input]).unwrap();
+    assert_eq!(out[0].to_host::<i64>().unwrap(), [(1 << 24) + 1]);
+    assert_eq!(out[1].to_host::<i32>().unwrap(), [(1 << 24) + 2]);
+}
+
+#[test]
 fn gradient_flows_through_the_gathered_maximum_not_the_argmax() {
     let client = cpu_client(1);
     check_gradient(&client, &[Input::new(&[2, 3, 5])], |p| {

@@ -16,7 +16,11 @@
 //! units, which changes what is sampled (seen: its losses 57 % apart). The
 //! test prints which comparison it made. `GRPO_RECORD_FIXTURES=1
 //! cargo test --test reference` adds this processor's recording (do it
-//! only with code whose results are known good).
+//! only with code whose results are known good). The arithmetic run holds
+//! one processor's recording since the sampler's two-level running sum,
+//! which moved draws whose mark fell within rounding of a token boundary;
+//! the other processors' recordings of it were dropped, to be added again
+//! on those processors.
 
 mod common;
 

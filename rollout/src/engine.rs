@@ -1177,6 +1177,7 @@ impl Engine {
         if guided {
             inputs.allow(&masks, Grammars::words(self.decoder().config().vocab_size));
         }
+        let history = inputs.reads_history();
         let inputs = inputs.upload(&self.client, &self.device)?;
         let adapters: Vec<Option<AdapterId>> = (0..rows)
             .map(|row| self.slots.get(row).and_then(Option::as_ref).and_then(|s| s.adapter))
@@ -1198,10 +1199,6 @@ impl Engine {
             })
             .max()
             .unwrap_or(SamplerKind::Greedy);
-        let history = self.slots.iter().flatten().any(|s| {
-            let p = &self.held[&s.request].request.params;
-            p.has_penalties() || s.tokens.len() < p.min_tokens
-        });
         let key = ProgramKey::Decode(DecodeKey {
             rows,
             window,

@@ -27,6 +27,8 @@ pub(crate) struct RowInputs {
     seed: Vec<u32>,
     step: Vec<u32>,
     processed_logprobs: Vec<f32>,
+    /// Whether a row has a repetition, frequency or presence penalty.
+    penalized: bool,
     /// The guided decode program's bitmask words, `[rows, words]` (all
     /// ones on unguided and idle rows).
     allowed: Option<(Vec<u32>, usize)>,
@@ -49,6 +51,7 @@ impl RowInputs {
             seed: Vec::new(),
             step: Vec::new(),
             processed_logprobs: Vec::new(),
+            penalized: false,
             allowed: None,
         };
         let idle = crate::request::SamplingParams {
@@ -61,6 +64,7 @@ impl RowInputs {
             let generated = sequence.map_or(0, |s| s.tokens.len());
             r.ids.push(sequence.map_or(0, |s| s.next_input as i32));
             r.positions.push(sequence.map_or(-1, |s| s.position() as i32));
+            r.penalized |= p.has_penalties();
             r.repetition.push(p.repetition_penalty);
             r.frequency.push(p.frequency_penalty);
             r.presence.push(p.presence_penalty);
@@ -75,6 +79,12 @@ impl RowInputs {
             r.processed_logprobs.push(if processed { 1.0 } else { 0.0 });
         }
         r
+    }
+
+    /// Whether a row reads its token history: it has a penalty, or its
+    /// stop tokens are still suppressed.
+    pub fn reads_history(&self) -> bool {
+        self.penalized || self.suppress_stops.iter().any(|&s| s > 0.0)
     }
 
     /// Gives the rows the bitmasks of the guided decode program: `masks`

@@ -446,7 +446,8 @@ fn count_tokens(counts: &Tensor, tokens: &Tensor, positions: &Tensor) -> grpo_xl
     let b = tokens.dims()[0];
     let rows = counts.graph().iota(ElementType::S32, &[b, 1], 0)?;
     let indices = Tensor::concatenate(&[&rows, &tokens.reshape(&[b, 1])?], 1)?;
-    let busy = positions.reshape(&[b])?.ge(&positions.reshape(&[b])?.zeros_like()?)?;
+    let positions = positions.reshape(&[b])?;
+    let busy = positions.ge(&positions.zeros_like()?)?;
     let zeros = tokens.convert(ElementType::F32)?.zeros_like()?;
     let ones = busy.select(&zeros.ones_like()?, &zeros)?;
     let dims = ScatterDims {

@@ -199,6 +199,7 @@ impl<O: Objective> Learner<O> {
             optimizer: &self.optimization.optimizer,
             max_grad_norm: self.optimization.max_grad_norm,
             accumulate,
+            compute: self.optimization.compute,
         };
         let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
             let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();

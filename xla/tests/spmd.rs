@@ -264,6 +264,7 @@ fn mlp_spec(optimizer: &AdamW) -> TrainStepSpec<'_> {
         optimizer,
         max_grad_norm: Some(MAX_GRAD_NORM),
         accumulate: false,
+        compute: ElementType::F32,
     }
 }
 
@@ -424,6 +425,7 @@ fn layouts_that_do_not_fit_are_errors_before_xla() {
         optimizer: &optimizer,
         max_grad_norm: None,
         accumulate: false,
+        compute: ElementType::F32,
     };
     let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
     let fsdp = all_devices(&client, Parallelism::Fsdp { devices: DEVICES });

@@ -241,6 +241,25 @@ fn mlp_setup(client: &Client, batch: i64) -> (Vec<Buffer>, Vec<TensorType>, Vec<
     (params, types, data)
 }
 
+/// The 8-row batch `x` `[8, 4]`, `y` `[8, 1]` as two micro-batches of 4 rows.
+fn halves(client: &Client, x: &[f32], y: &[f32]) -> Vec<[ShardedBuffer; 2]> {
+    let device = client.device(0).unwrap();
+    (0..2)
+        .map(|h| {
+            [
+                client
+                    .buffer_from_host(&x[h * 16..(h + 1) * 16], &[4, 4], device)
+                    .unwrap()
+                    .into(),
+                client
+                    .buffer_from_host(&y[h * 4..(h + 1) * 4], &[4, 1], device)
+                    .unwrap()
+                    .into(),
+            ]
+        })
+        .collect()
+}
+
 /// One-device buffers as the whole arrays a train step takes.
 fn whole(buffers: Vec<Buffer>) -> Vec<ShardedBuffer> {
     buffers.into_iter().map(ShardedBuffer::from).collect()
@@ -258,6 +277,7 @@ fn an_mlp_trains_for_100_steps_in_one_compiled_program() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
+        compute: ElementType::F32,
     };
     let mesh = Mesh::single(client.device(0).unwrap());
     let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
@@ -309,6 +329,7 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
+        compute: ElementType::F32,
     };
     let full = TrainStep::compile(
         &client,
@@ -322,20 +343,7 @@ fn accumulated_micro_batches_equal_one_full_batch() {
     let data = whole(data);
     let full_metrics = full.step(&mut full_state, &[data.iter().collect()], 1e-2).unwrap();
 
-    let halves: Vec<[ShardedBuffer; 2]> = (0..2)
-        .map(|h| {
-            [
-                client
-                    .buffer_from_host(&x[h * 16..(h + 1) * 16], &[4, 4], device)
-                    .unwrap()
-                    .into(),
-                client
-                    .buffer_from_host(&y[h * 4..(h + 1) * 4], &[4, 1], device)
-                    .unwrap()
-                    .into(),
-            ]
-        })
-        .collect();
+    let halves = halves(&client, &x, &y);
     let micro_spec = TrainStepSpec {
         params: types.clone(),
         frozen: Vec::new(),
@@ -343,6 +351,7 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: true,
+        compute: ElementType::F32,
     };
     let accumulating = TrainStep::compile(
         &client,
@@ -371,6 +380,84 @@ fn accumulated_micro_batches_equal_one_full_batch() {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
     }
+}
+
+#[test]
+fn bf16_compute_converts_the_parameters_once_a_step_and_updates_as_converting_in_each_micro_batch() {
+    let client = cpu_client(1);
+    let device = client.device(0).unwrap();
+    let (params, types, data) = mlp_setup(&client, 8);
+    let host: Vec<Vec<f32>> = params.iter().map(|p| p.to_host::<f32>().unwrap()).collect();
+    let (x, y) = (data[0].to_host::<f32>().unwrap(), data[1].to_host::<f32>().unwrap());
+    let halves = halves(&client, &x, &y);
+    let micro_batches: Vec<Vec<&ShardedBuffer>> = halves.iter().map(|h| h.iter().collect()).collect();
+    let mesh = Mesh::single(device);
+    let optimizer = AdamW::default();
+    let bf16 = |tensors: &[Tensor]| -> grpo_xla::Result<Vec<Tensor>> {
+        tensors.iter().map(|t| t.convert(ElementType::Bf16)).collect()
+    };
+    let spec = |compute| TrainStepSpec {
+        params: types.clone(),
+        frozen: Vec::new(),
+        batch: halves[0].iter().map(|b| b.tensor_type().clone()).collect(),
+        optimizer: &optimizer,
+        max_grad_norm: Some(1.0),
+        accumulate: true,
+        compute,
+    };
+    // The step converts: the loss receives bf16 parameters.
+    let once = TrainStep::compile(
+        &client,
+        &spec(ElementType::Bf16),
+        &mesh,
+        |p: &[Tensor], _: &[Tensor], b: &[Tensor]| {
+            assert!(
+                p.iter().all(|t| t.dtype() == ElementType::Bf16),
+                "the loss sees the converted parameters"
+            );
+            mlp_loss_and_sse(p, &bf16(b)?)
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        client.compile_stats().compiles,
+        4,
+        "conversion, first, accumulate, apply"
+    );
+    // The loss converts, in every micro-batch's program.
+    let each = TrainStep::compile(
+        &client,
+        &spec(ElementType::F32),
+        &mesh,
+        |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(&bf16(p)?, &bf16(b)?),
+    )
+    .unwrap();
+    let upload = || -> Vec<ShardedBuffer> {
+        host.iter()
+            .zip(&types)
+            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap().into())
+            .collect()
+    };
+    let mut once_state = once.init_state(upload(), Vec::new()).unwrap();
+    let mut each_state = each.init_state(upload(), Vec::new()).unwrap();
+    for step in 0..3 {
+        let a = once.step(&mut once_state, &micro_batches, 1e-2).unwrap();
+        let b = each.step(&mut each_state, &micro_batches, 1e-2).unwrap();
+        assert_eq!(
+            (a.loss, a.grad_norm, &a.metrics),
+            (b.loss, b.grad_norm, &b.metrics),
+            "step {step}"
+        );
+        for (p, q) in once_state.params.iter().zip(&each_state.params) {
+            assert_eq!(p.tensor_type().dtype, ElementType::F32, "master weights stay f32");
+            assert_eq!(p.to_host::<f32>().unwrap(), q.to_host::<f32>().unwrap(), "step {step}");
+        }
+    }
+    assert_ne!(
+        host[0],
+        once_state.params[0].to_host::<f32>().unwrap(),
+        "the step trains"
+    );
 }
 
 #[test]
@@ -431,6 +518,7 @@ fn frozen_inputs_get_no_update_and_the_rest_trains_as_with_everything_trained() 
         optimizer: &optimizer,
         max_grad_norm: None,
         accumulate: false,
+        compute: ElementType::F32,
     };
     let loss = |p: &[Tensor], _: &[Tensor], b: &[Tensor]| Ok((mlp_loss(p, b)?, Vec::new()));
     let everything = TrainStep::compile(&client, &all, &mesh, loss).unwrap();
@@ -447,6 +535,7 @@ fn frozen_inputs_get_no_update_and_the_rest_trains_as_with_everything_trained() 
             optimizer: &optimizer,
             max_grad_norm: None,
             accumulate,
+            compute: ElementType::F32,
         };
         let loss = |trained: &[Tensor], frozen: &[Tensor], b: &[Tensor]| {
             let all = [&frozen[0], &frozen[1], &trained[0], &trained[1]].map(Clone::clone);

@@ -128,6 +128,7 @@ pub fn run(args: &TrainStepArgs) -> anyhow::Result<()> {
         optimizer: &optimizer,
         max_grad_norm: Some(1.0),
         accumulate: false,
+        compute: ElementType::F32,
     };
     let mesh = Mesh::single(client.device(0)?);
     let loss = |params: &[Tensor], _: &[Tensor], batch: &[Tensor]| Ok(((model.loss)(params, batch)?, Vec::new()));

@@ -9,6 +9,13 @@
 //! gradients of the first, gradients added for each further one
 //! (accumulator donated), and the clipped optimizer update of their mean.
 //!
+//! A step may compute in another dtype than its parameters'
+//! ([`TrainStepSpec::compute`], bf16 on f32 master weights): the loss sees
+//! converted parameters and their gradients flow back through the
+//! conversion. An accumulating step converts them once, by a fourth
+//! program before its micro-batches, which then share the copies instead
+//! of each converting every parameter again.
+//!
 //! Every step runs on a [`Mesh`]: on one device its programs are compiled
 //! as traced; over several they carry the mesh's sharding annotations and
 //! XLA partitions them (see [`super::mesh`]). Arrays are
@@ -49,6 +56,9 @@ pub struct TrainStepSpec<'a> {
     /// averaged before one update (three programs) instead of one batch
     /// (one program).
     pub accumulate: bool,
+    /// The dtype the loss function receives the parameters in (converted
+    /// where theirs differs; gradients come back in the parameters' dtype).
+    pub compute: ElementType,
 }
 
 /// Device arrays a training run owns: parameters and optimizer state,
@@ -101,21 +111,45 @@ struct Traced {
     grads: Vec<Tensor>,
 }
 
+/// In which dtype a traced program takes the parameters.
+#[derive(Clone, Copy)]
+enum ParamsIn {
+    /// Their own: the program converts them to the compute dtype.
+    Stored,
+    /// The compute dtype: converted before the program, once a step.
+    Compute,
+}
+
 /// Traces `loss_fn` over fresh parameters (then the inputs `before_batch`
 /// adds, then the frozen inputs, then the batch) and differentiates it
-/// with respect to the parameters.
+/// with respect to the parameters; the gradients are in the parameters'
+/// stored dtypes.
 fn trace_loss(
     name: &str,
     spec: &TrainStepSpec<'_>,
+    params_in: ParamsIn,
     loss_fn: LossFn<'_>,
     before_batch: impl FnOnce(&Graph) -> Result<()>,
 ) -> Result<Traced> {
     let graph = Graph::new(name);
-    let params = parameters(&graph, &spec.params)?;
+    let (params, seen) = match params_in {
+        ParamsIn::Stored => {
+            let params = parameters(&graph, &spec.params)?;
+            let seen = params
+                .iter()
+                .map(|p| in_dtype(p, spec.compute))
+                .collect::<Result<Vec<_>>>()?;
+            (params, seen)
+        }
+        ParamsIn::Compute => {
+            let params = parameters(&graph, &compute_types(spec))?;
+            (params.clone(), params)
+        }
+    };
     before_batch(&graph)?;
     let frozen = parameters(&graph, &spec.frozen)?;
     let batch = parameters(&graph, &spec.batch)?;
-    let (loss, metrics) = loss_fn(&params, &frozen, &batch)?;
+    let (loss, metrics) = loss_fn(&seen, &frozen, &batch)?;
     if let Some(bad) = metrics.iter().find(|m| m.rank() != 0) {
         return Err(Error::Trace {
             op: "train_step",
@@ -123,7 +157,11 @@ fn trace_loss(
         });
     }
     let wrt: Vec<&Tensor> = params.iter().collect();
-    let grads = super::autodiff::grad(&loss, &wrt)?;
+    let grads = super::autodiff::grad(&loss, &wrt)?
+        .iter()
+        .zip(&spec.params)
+        .map(|(g, stored)| in_dtype(g, stored.dtype))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Traced {
         graph,
         params,
@@ -153,6 +191,23 @@ fn trace_update(
     let mut outputs = new_params;
     outputs.extend(new_state);
     Ok((outputs, norm.convert(ElementType::F32)?))
+}
+
+/// `tensor` converted to `dtype` where it is in another.
+fn in_dtype(tensor: &Tensor, dtype: ElementType) -> Result<Tensor> {
+    if tensor.dtype() == dtype {
+        Ok(tensor.clone())
+    } else {
+        tensor.convert(dtype)
+    }
+}
+
+/// The parameters' types in the step's compute dtype.
+fn compute_types(spec: &TrainStepSpec<'_>) -> Vec<TensorType> {
+    spec.params
+        .iter()
+        .map(|t| TensorType::new(spec.compute, t.dims.clone()))
+        .collect()
 }
 
 /// A graph parameter of each type.
@@ -202,15 +257,19 @@ fn scalars(count: usize) -> Vec<Sharding> {
 enum Programs {
     /// `(params, state, frozen, batch, lr) → (params', state', loss, grad_norm, metrics…)`.
     Whole(Executable),
-    /// `first (params, frozen, batch) → (grads, loss, metrics…)`, `accumulate
-    /// (params, acc, frozen, batch) → (acc + grads, loss, metrics…)` with the
-    /// accumulator donated, `apply (params, state, acc, lr, scale) →
-    /// (params', state', grad_norm)` with parameters and state donated.
+    /// `convert (params) → params in the compute dtype` (when it differs),
+    /// then `first (params, frozen, batch) → (grads, loss, metrics…)`,
+    /// `accumulate (params, acc, frozen, batch) → (acc + grads, loss,
+    /// metrics…)` with the accumulator donated (both on the converted
+    /// parameters), `apply (params, state, acc, lr, scale) → (params',
+    /// state', grad_norm)` with parameters and state donated.
     Accumulating(Accumulation),
 }
 
-/// The three programs of an accumulating step.
+/// The programs of an accumulating step.
 struct Accumulation {
+    /// `(params) → params in the compute dtype`, when that differs from theirs.
+    convert: Option<Executable>,
     first: Executable,
     accumulate: Executable,
     apply: Executable,
@@ -347,6 +406,7 @@ impl TrainStep {
     fn run_accumulating(
         &self,
         Accumulation {
+            convert,
             first,
             accumulate,
             apply,
@@ -356,14 +416,19 @@ impl TrainStep {
         lr: f32,
     ) -> Result<StepMetrics> {
         let read_all = |arrays: &[ShardedBuffer]| arrays.iter().map(read).collect::<Result<Vec<_>>>();
-        let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
+        let converted = match convert {
+            Some(program) => Some(program.execute_sharded(&state.params.iter().map(Arg::Borrow).collect::<Vec<_>>())?),
+            None => None,
+        };
+        let seen = converted.as_ref().unwrap_or(&state.params);
+        let mut args: Vec<Arg<'_, ShardedBuffer>> = seen.iter().map(Arg::Borrow).collect();
         args.extend(state.frozen.iter().map(Arg::Borrow));
         args.extend(first_batch.iter().map(|&b| Arg::Borrow(b)));
         let mut acc = first.execute_sharded(&args)?;
         let mut metrics = read_all(&acc.split_off(acc.len() - self.metrics))?;
         let mut loss_sum = read(&acc.pop().expect("loss output"))?;
         for batch in rest {
-            let mut args: Vec<Arg<'_, ShardedBuffer>> = state.params.iter().map(Arg::Borrow).collect();
+            let mut args: Vec<Arg<'_, ShardedBuffer>> = seen.iter().map(Arg::Borrow).collect();
             args.extend(acc.iter().map(Arg::Donate));
             args.extend(state.frozen.iter().map(Arg::Borrow));
             args.extend(batch.iter().map(|&b| Arg::Borrow(b)));
@@ -373,6 +438,7 @@ impl TrainStep {
             loss_sum += read(&out.pop().expect("loss output"))?;
             acc = out;
         }
+        drop(converted); // before the update's temporaries
         let count = (1 + rest.len()) as f32;
         let lr = self.scalar(apply, lr)?;
         let scale = self.scalar(apply, 1.0 / count)?;
@@ -408,7 +474,7 @@ fn whole_program(
     loss_fn: LossFn<'_>,
 ) -> Result<(Programs, usize)> {
     let mut state = Vec::new();
-    let traced = trace_loss("train_step", spec, loss_fn, |graph| {
+    let traced = trace_loss("train_step", spec, ParamsIn::Stored, loss_fn, |graph| {
         state = parameters(graph, &types(state_spec))?;
         Ok(())
     })?;
@@ -446,7 +512,21 @@ fn accumulation_programs(
         &layout.batch[..],
     );
 
-    let first = trace_loss("grad_first", spec, loss_fn, |_| Ok(()))?;
+    let converted = spec.params.iter().any(|t| t.dtype != spec.compute);
+    let params_in = if converted { ParamsIn::Compute } else { ParamsIn::Stored };
+    let convert = if converted {
+        let graph = Graph::new("compute_params");
+        let params = parameters(&graph, &spec.params)?;
+        let outputs = params
+            .iter()
+            .map(|p| in_dtype(p, spec.compute))
+            .collect::<Result<Vec<_>>>()?;
+        Some(layout.partition(build(&graph, &outputs)?, &[p], &[p])?)
+    } else {
+        None
+    };
+
+    let first = trace_loss("grad_first", spec, params_in, loss_fn, |_| Ok(()))?;
     let metrics = first.metrics.len();
     let per_batch = scalars(1 + metrics); // loss, metrics
     let mut outputs = first.grads.clone();
@@ -455,7 +535,7 @@ fn accumulation_programs(
     let first = layout.partition(build(&first.graph, &outputs)?, &[p, f, b], &[p, &per_batch])?;
 
     let mut acc = Vec::new();
-    let more = trace_loss("grad_accumulate", spec, loss_fn, |graph| {
+    let more = trace_loss("grad_accumulate", spec, params_in, loss_fn, |graph| {
         acc = parameters(graph, &spec.params)?;
         Ok(())
     })?;
@@ -485,6 +565,7 @@ fn accumulation_programs(
     let apply = layout.partition(apply, &[p, s, p, &scalars(2)], &[p, s, &scalars(1)])?; // … lr, scale → … grad_norm
 
     let programs = Programs::Accumulating(Accumulation {
+        convert: convert.map(|f| f.compile(client)).transpose()?,
         first: first.compile(client)?,
         accumulate: accumulate.compile(client)?,
         apply: apply.compile(client)?,

@@ -241,6 +241,16 @@ fn mlp_setup(client: &Client, batch: i64) -> (Vec<Buffer>, Vec<TensorType>, Vec<
     (params, types, data)
 }
 
+/// Host values of `types` as arrays on the first device.
+fn upload(client: &Client, values: &[Vec<f32>], types: &[TensorType]) -> Vec<ShardedBuffer> {
+    let device = client.device(0).unwrap();
+    values
+        .iter()
+        .zip(types)
+        .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap().into())
+        .collect()
+}
+
 /// The 8-row batch `x` `[8, 4]`, `y` `[8, 1]` as two micro-batches of 4 rows.
 fn halves(client: &Client, x: &[f32], y: &[f32]) -> Vec<[ShardedBuffer; 2]> {
     let device = client.device(0).unwrap();
@@ -313,13 +323,6 @@ fn accumulated_micro_batches_equal_one_full_batch() {
     let device = client.device(0).unwrap();
     let (params, types, data) = mlp_setup(&client, 8);
     let host: Vec<Vec<f32>> = params.iter().map(|p| p.to_host::<f32>().unwrap()).collect();
-    let copy = |values: &[Vec<f32>]| -> Vec<ShardedBuffer> {
-        values
-            .iter()
-            .zip(&types)
-            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap().into())
-            .collect()
-    };
     let mesh = Mesh::single(device);
     let optimizer = AdamW::default();
     let full_spec = TrainStepSpec {
@@ -338,7 +341,7 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(p, b),
     )
     .unwrap();
-    let mut full_state = full.init_state(copy(&host), Vec::new()).unwrap();
+    let mut full_state = full.init_state(upload(&client, &host, &types), Vec::new()).unwrap();
     let (x, y) = (data[0].to_host::<f32>().unwrap(), data[1].to_host::<f32>().unwrap());
     let data = whole(data);
     let full_metrics = full.step(&mut full_state, &[data.iter().collect()], 1e-2).unwrap();
@@ -360,7 +363,9 @@ fn accumulated_micro_batches_equal_one_full_batch() {
         |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(p, b),
     )
     .unwrap();
-    let mut micro_state = accumulating.init_state(copy(&host), Vec::new()).unwrap();
+    let mut micro_state = accumulating
+        .init_state(upload(&client, &host, &types), Vec::new())
+        .unwrap();
     let micro_batches: Vec<Vec<&ShardedBuffer>> = halves.iter().map(|h| h.iter().collect()).collect();
     let micro_metrics = accumulating.step(&mut micro_state, &micro_batches, 1e-2).unwrap();
 
@@ -432,14 +437,8 @@ fn bf16_compute_converts_the_parameters_once_a_step_and_updates_as_converting_in
         |p: &[Tensor], _: &[Tensor], b: &[Tensor]| mlp_loss_and_sse(&bf16(p)?, &bf16(b)?),
     )
     .unwrap();
-    let upload = || -> Vec<ShardedBuffer> {
-        host.iter()
-            .zip(&types)
-            .map(|(v, t)| client.buffer_from_host(v, &t.dims, device).unwrap().into())
-            .collect()
-    };
-    let mut once_state = once.init_state(upload(), Vec::new()).unwrap();
-    let mut each_state = each.init_state(upload(), Vec::new()).unwrap();
+    let mut once_state = once.init_state(upload(&client, &host, &types), Vec::new()).unwrap();
+    let mut each_state = each.init_state(upload(&client, &host, &types), Vec::new()).unwrap();
     for step in 0..3 {
         let a = once.step(&mut once_state, &micro_batches, 1e-2).unwrap();
         let b = each.step(&mut each_state, &micro_batches, 1e-2).unwrap();

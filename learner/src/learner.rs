@@ -202,8 +202,9 @@ impl<O: Objective> Learner<O> {
             compute: self.optimization.compute,
         };
         let loss = |trained: &[Tensor], frozen: &[Tensor], batch: &[Tensor]| {
-            let all: Vec<Tensor> = frozen.iter().chain(trained).cloned().collect();
-            let mut params = in_dtype(&all, self.optimization.compute)?;
+            // The step hands the trained parameters over in the compute dtype already.
+            let mut params = in_dtype(frozen, self.optimization.compute)?;
+            params.extend(trained.iter().cloned());
             let batch = match (dropout, batch.split_last()) {
                 (true, Some((draw, inputs))) => {
                     params.push(draw.clone());

@@ -137,7 +137,7 @@ fn trace_loss(
             let params = parameters(&graph, &spec.params)?;
             let seen = params
                 .iter()
-                .map(|p| in_dtype(p, spec.compute))
+                .map(|p| p.convert(spec.compute))
                 .collect::<Result<Vec<_>>>()?;
             (params, seen)
         }
@@ -160,7 +160,7 @@ fn trace_loss(
     let grads = super::autodiff::grad(&loss, &wrt)?
         .iter()
         .zip(&spec.params)
-        .map(|(g, stored)| in_dtype(g, stored.dtype))
+        .map(|(g, stored)| g.convert(stored.dtype))
         .collect::<Result<Vec<_>>>()?;
     Ok(Traced {
         graph,
@@ -191,15 +191,6 @@ fn trace_update(
     let mut outputs = new_params;
     outputs.extend(new_state);
     Ok((outputs, norm.convert(ElementType::F32)?))
-}
-
-/// `tensor` converted to `dtype` where it is in another.
-fn in_dtype(tensor: &Tensor, dtype: ElementType) -> Result<Tensor> {
-    if tensor.dtype() == dtype {
-        Ok(tensor.clone())
-    } else {
-        tensor.convert(dtype)
-    }
 }
 
 /// The parameters' types in the step's compute dtype.
@@ -519,7 +510,7 @@ fn accumulation_programs(
         let params = parameters(&graph, &spec.params)?;
         let outputs = params
             .iter()
-            .map(|p| in_dtype(p, spec.compute))
+            .map(|p| p.convert(spec.compute))
             .collect::<Result<Vec<_>>>()?;
         Some(layout.partition(build(&graph, &outputs)?, &[p], &[p])?)
     } else {
